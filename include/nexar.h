@@ -1,0 +1,321 @@
+/*
+ * nexar: distributed communication over encrypted QUIC.
+ *
+ * The public C ABI. This header is C99 and C++ clean and depends only on
+ * <stddef.h> and <stdint.h>. Names, values and semantics written here are a
+ * contract: they only ever grow.
+ *
+ * Thread safety
+ *   - Every function may be called from any thread.
+ *   - Submitting operations on one communicator from several threads at once is
+ *     safe. Collectives on one communicator must be issued in the same order on
+ *     every rank; ranks that disagree get NEXAR_ERR_MISMATCH, never a hang.
+ *   - nexar_comm_destroy must not race with other calls on the same handle.
+ *
+ * Completion
+ *   Every operation takes (nexar_done_fn done, void *user_data) last.
+ *   - If the call returns NEXAR_OK, done is invoked exactly once (success,
+ *     error, timeout, abort or destroy), never inside the submitting call.
+ *   - If the call returns an error, done is never invoked.
+ *   - done == NULL blocks until the operation completes and returns its final
+ *     status. From inside a completion callback this returns
+ *     NEXAR_ERR_WOULD_DEADLOCK instead.
+ *   - Callbacks run on nexar's completion thread, serialized per communicator
+ *     in completion order; in polled mode (NEXAR_COMPLETION_POLLED) they run
+ *     on the thread calling nexar_comm_poll.
+ *   - Buffers stay owned by the caller and must stay valid and untouched until
+ *     done has returned.
+ */
+#ifndef NEXAR_H
+#define NEXAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(NEXAR_BUILDING_LIBRARY) && defined(__GNUC__)
+#define NEXAR_API __attribute__((visibility("default")))
+#else
+#define NEXAR_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Version --------------------------------------------------------------- */
+
+#define NEXAR_VERSION_MAJOR 0
+#define NEXAR_VERSION_MINOR 1
+#define NEXAR_VERSION_PATCH 0
+#define NEXAR_VERSION_NUMBER \
+  (NEXAR_VERSION_MAJOR * 10000 + NEXAR_VERSION_MINOR * 100 + NEXAR_VERSION_PATCH)
+#define NEXAR_VERSION_STRING "0.1.0"
+
+/** NEXAR_VERSION_NUMBER of the library actually loaded. */
+NEXAR_API uint32_t nexar_version(void);
+/** NEXAR_VERSION_STRING of the library actually loaded (static storage). */
+NEXAR_API const char *nexar_version_string(void);
+
+/* ---- Status codes (values never change) ------------------------------------- */
+
+typedef int32_t nexar_status_t;
+
+#define NEXAR_OK 0
+#define NEXAR_ERR_INVALID_ARGUMENT (-1)
+#define NEXAR_ERR_INVALID_RANK (-2)
+#define NEXAR_ERR_SIZE_MISMATCH (-3)
+#define NEXAR_ERR_TIMEOUT (-4)
+#define NEXAR_ERR_PEER_FAILED (-5)
+#define NEXAR_ERR_ABORTED (-6)
+#define NEXAR_ERR_CLOSED (-7)
+#define NEXAR_ERR_MISMATCH (-8)
+#define NEXAR_ERR_TLS (-9)
+#define NEXAR_ERR_AUTH (-10)
+#define NEXAR_ERR_PROTOCOL (-11)
+#define NEXAR_ERR_NO_MEMORY (-12)
+#define NEXAR_ERR_IO (-13)
+#define NEXAR_ERR_UNSUPPORTED (-14)
+#define NEXAR_ERR_NOT_FOUND (-15)
+#define NEXAR_ERR_WOULD_DEADLOCK (-16)
+#define NEXAR_ERR_INTERNAL (-17)
+
+/** A static, human-readable name for a status ("NEXAR_ERR_TIMEOUT: ..."). */
+NEXAR_API const char *nexar_status_str(nexar_status_t status);
+
+/**
+ * The message of the last failed synchronous call made by this thread (a
+ * thread-local supplement to its status). Never NULL; "" when there is none.
+ * Asynchronous failures carry their message in the completion instead.
+ */
+NEXAR_API const char *nexar_last_error_message(void);
+
+/* ---- Data types and reduction operators ------------------------------------ */
+
+typedef int32_t nexar_dtype_t;
+#define NEXAR_DTYPE_F32 0
+#define NEXAR_DTYPE_F64 1
+#define NEXAR_DTYPE_F16 2
+#define NEXAR_DTYPE_BF16 3
+#define NEXAR_DTYPE_I8 4
+#define NEXAR_DTYPE_I32 5
+#define NEXAR_DTYPE_I64 6
+#define NEXAR_DTYPE_U8 7
+#define NEXAR_DTYPE_U32 8
+#define NEXAR_DTYPE_U64 9
+
+/** Size in bytes of one element, or 0 for an unknown dtype. */
+NEXAR_API size_t nexar_dtype_size(nexar_dtype_t dtype);
+
+typedef int32_t nexar_op_t;
+#define NEXAR_OP_SUM 0
+#define NEXAR_OP_PROD 1
+#define NEXAR_OP_MIN 2
+#define NEXAR_OP_MAX 3
+
+/* ---- Handles and completion ------------------------------------------------- */
+
+/** One rank's view of a group of processes. */
+typedef struct nexar_comm nexar_comm_t;
+/** A discovery server that admits workers into a cluster. */
+typedef struct nexar_seed nexar_seed_t;
+
+typedef struct nexar_completion {
+  size_t struct_size;    /* sizeof(nexar_completion_t) as built into the library */
+  nexar_status_t status; /* NEXAR_OK or the failure */
+  int32_t failed_rank;   /* the rank that failed or did not answer, or -1 */
+  uint64_t op_seq;       /* the operation's sequence number on its communicator */
+  const char *message;   /* never NULL; valid only during the callback */
+} nexar_completion_t;
+
+typedef void (*nexar_done_fn)(void *user_data, const nexar_completion_t *completion);
+
+/* ---- Options ---------------------------------------------------------------- */
+
+#define NEXAR_COMPLETION_THREAD 0 /* callbacks on nexar's completion thread */
+#define NEXAR_COMPLETION_POLLED 1 /* callbacks queued until nexar_comm_poll */
+
+#define NEXAR_POOL_TRAINING 0
+#define NEXAR_POOL_INFERENCE 1
+
+#define NEXAR_LOG_ERROR 0
+#define NEXAR_LOG_WARN 1
+#define NEXAR_LOG_INFO 2
+#define NEXAR_LOG_DEBUG 3
+#define NEXAR_LOG_TRACE 4
+
+/**
+ * Options for creating communicators. Initialise with nexar_comm_options_init,
+ * then change fields. The struct only grows at the end. Strings are copied by
+ * the functions that take the options.
+ */
+typedef struct nexar_comm_options {
+  size_t struct_size;
+  uint32_t completion_mode;        /* NEXAR_COMPLETION_*; default THREAD */
+  uint32_t pool_profile;           /* NEXAR_POOL_*; default TRAINING */
+  uint64_t collective_timeout_ms;  /* NEXAR_COLLECTIVE_TIMEOUT_SECS; default 30 s */
+  uint64_t barrier_timeout_ms;     /* NEXAR_BARRIER_TIMEOUT_SECS; default 30 s */
+  uint64_t p2p_timeout_ms;         /* NEXAR_P2P_TIMEOUT_SECS; default 300 s */
+  uint64_t connect_timeout_ms;     /* NEXAR_CONNECT_TIMEOUT_SECS; default 30 s */
+  uint64_t heartbeat_interval_ms;  /* NEXAR_HEARTBEAT_INTERVAL_SECS; default 1 s */
+  uint64_t heartbeat_timeout_ms;   /* NEXAR_HEARTBEAT_TIMEOUT_SECS; default 5 s */
+  uint64_t large_msg_bytes;        /* NEXAR_LARGE_MSG_BYTES; default 8 MiB */
+  uint64_t pipeline_segment_bytes; /* NEXAR_PIPELINE_SEGMENT_BYTES; default 2 MiB */
+  uint32_t ring_max_world;         /* NEXAR_RING_MAX_WORLD; default 8 */
+  uint32_t spin_us;                /* NEXAR_SPIN_US: busy-poll before sleeping; 0 = off */
+  /* Cluster formation through a seed (nexar_comm_join). */
+  const char *seed_address;      /* NEXAR_SEED, "host:port" */
+  const char *cluster_token;     /* NEXAR_CLUSTER_TOKEN */
+  const char *listen_address;    /* NEXAR_LISTEN_ADDR, "host:port"; default picks one */
+  const char *advertise_address; /* NEXAR_ADVERTISE_ADDR */
+  const char *socket_ifname;     /* NEXAR_SOCKET_IFNAME, NCCL syntax */
+  int32_t rank;                  /* NEXAR_RANK; -1 = assigned by the seed */
+  uint32_t world_size;           /* NEXAR_WORLD_SIZE; 0 = unknown */
+} nexar_comm_options_t;
+
+/**
+ * Fill opts with defaults, then apply NEXAR_* environment variables.
+ * struct_size must be sizeof(nexar_comm_options_t) as the caller knows it.
+ * An unparsable environment value is an error (NEXAR_ERR_INVALID_ARGUMENT)
+ * whose message names the variable.
+ */
+NEXAR_API nexar_status_t nexar_comm_options_init(nexar_comm_options_t *opts, size_t struct_size);
+
+/* ---- Communicator lifecycle -------------------------------------------------- */
+
+/**
+ * Create world_size communicators in this process, joined by a full mesh of
+ * real QUIC connections over loopback, each rank with its own engine.
+ * comms must have room for world_size handles; comms[i] is rank i.
+ * opts may be NULL (defaults plus environment).
+ */
+NEXAR_API nexar_status_t nexar_bootstrap_local(nexar_comm_t **comms, uint32_t world_size,
+                                               const nexar_comm_options_t *opts);
+
+/** Join a cluster through a seed (opts->seed_address). */
+NEXAR_API nexar_status_t nexar_comm_join(nexar_comm_t **out, const nexar_comm_options_t *opts);
+
+/** Join a cluster described by the environment (NEXAR_*, torchrun, Open MPI, PMI, Slurm). */
+NEXAR_API nexar_status_t nexar_comm_init_from_env(nexar_comm_t **out);
+
+/**
+ * Release the handle. Pending operations complete with NEXAR_ERR_CLOSED before
+ * this returns; no callback for this communicator runs afterwards. NULL is
+ * ignored.
+ */
+NEXAR_API void nexar_comm_destroy(nexar_comm_t *comm);
+
+/**
+ * Fail every pending operation now with NEXAR_ERR_ABORTED and tell the peers.
+ * The handle stays valid (every later operation fails) until destroyed.
+ */
+NEXAR_API nexar_status_t nexar_comm_abort(nexar_comm_t *comm);
+
+NEXAR_API uint32_t nexar_comm_rank(const nexar_comm_t *comm);
+NEXAR_API uint32_t nexar_comm_size(const nexar_comm_t *comm);
+
+/**
+ * Report a failure found in the background (a dead peer, an abort by a peer).
+ * Returns NEXAR_OK when there is none; otherwise the status, and, if info is
+ * not NULL, fills it (info->message stays valid until the handle is destroyed).
+ */
+NEXAR_API nexar_status_t nexar_comm_get_async_error(nexar_comm_t *comm, nexar_completion_t *info);
+
+/* ---- Statistics --------------------------------------------------------------- */
+
+/** Counters of a communicator's engine (shared by communicators split from it). */
+typedef struct nexar_stats {
+  size_t struct_size;
+  uint64_t bytes_sent;     /* payload bytes handed to the transport */
+  uint64_t bytes_received; /* payload bytes that arrived */
+  uint64_t messages_sent;
+  uint64_t messages_received;
+  uint64_t streams_opened;   /* QUIC streams opened by this engine, all peers */
+  uint64_t streams_accepted; /* QUIC streams opened by peers */
+  uint64_t pending_tags;     /* (peer, tag) match state alive right now */
+  uint64_t unexpected_bytes; /* arrived before their receive, buffered now */
+  uint64_t connections;      /* live QUIC connections */
+} nexar_stats_t;
+
+/** Fills stats (stats->struct_size must be set by the caller). */
+NEXAR_API nexar_status_t nexar_comm_get_stats(nexar_comm_t *comm, nexar_stats_t *stats);
+
+/* ---- Polled completion ------------------------------------------------------- */
+
+/**
+ * Polled mode: run up to max queued callbacks of this communicator on the
+ * calling thread, waiting up to timeout_ms (0 = do not wait, -1 = no limit is
+ * refused: every wait is bounded) for the first one. Returns the number run
+ * (>= 0) or a negative status.
+ */
+NEXAR_API int32_t nexar_comm_poll(nexar_comm_t *comm, uint32_t max, int32_t timeout_ms);
+
+/**
+ * Polled mode: a file descriptor that is readable while callbacks are waiting
+ * for nexar_comm_poll. Owned by the communicator. -1 in thread mode.
+ */
+NEXAR_API int nexar_comm_event_fd(const nexar_comm_t *comm);
+
+/* ---- Point-to-point ---------------------------------------------------------- */
+
+/**
+ * Send bytes to rank dest with a tag. Messages between one pair with one tag
+ * arrive in send order. Completes once the peer's transport has acknowledged
+ * every byte (the buffer may then be reused).
+ */
+NEXAR_API nexar_status_t nexar_send(nexar_comm_t *comm, const void *buf, size_t bytes,
+                                    uint32_t dest, uint32_t tag, nexar_done_fn done,
+                                    void *user_data);
+
+/**
+ * Receive the next message from rank src with this tag into buf. A message of
+ * another size completes with NEXAR_ERR_SIZE_MISMATCH (and is consumed).
+ */
+NEXAR_API nexar_status_t nexar_recv(nexar_comm_t *comm, void *buf, size_t bytes, uint32_t src,
+                                    uint32_t tag, nexar_done_fn done, void *user_data);
+
+/* ---- Collectives (counts are element counts) ---------------------------------- */
+
+NEXAR_API nexar_status_t nexar_allreduce(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         size_t count, nexar_dtype_t dtype, nexar_op_t op,
+                                         nexar_done_fn done, void *user_data);
+NEXAR_API nexar_status_t nexar_broadcast(nexar_comm_t *comm, void *buf, size_t count,
+                                         nexar_dtype_t dtype, uint32_t root, nexar_done_fn done,
+                                         void *user_data);
+NEXAR_API nexar_status_t nexar_reduce(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                      size_t count, nexar_dtype_t dtype, nexar_op_t op,
+                                      uint32_t root, nexar_done_fn done, void *user_data);
+NEXAR_API nexar_status_t nexar_allgather(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         size_t count, nexar_dtype_t dtype, nexar_done_fn done,
+                                         void *user_data);
+NEXAR_API nexar_status_t nexar_reduce_scatter(nexar_comm_t *comm, const void *sendbuf,
+                                              void *recvbuf, size_t recvcount, nexar_dtype_t dtype,
+                                              nexar_op_t op, nexar_done_fn done, void *user_data);
+NEXAR_API nexar_status_t nexar_alltoall(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                        size_t count, nexar_dtype_t dtype, nexar_done_fn done,
+                                        void *user_data);
+NEXAR_API nexar_status_t nexar_gather(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                      size_t count, nexar_dtype_t dtype, uint32_t root,
+                                      nexar_done_fn done, void *user_data);
+NEXAR_API nexar_status_t nexar_scatter(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                       size_t count, nexar_dtype_t dtype, uint32_t root,
+                                       nexar_done_fn done, void *user_data);
+NEXAR_API nexar_status_t nexar_scan(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, nexar_dtype_t dtype, nexar_op_t op,
+                                    nexar_done_fn done, void *user_data);
+NEXAR_API nexar_status_t nexar_exscan(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                      size_t count, nexar_dtype_t dtype, nexar_op_t op,
+                                      nexar_done_fn done, void *user_data);
+NEXAR_API nexar_status_t nexar_barrier(nexar_comm_t *comm, nexar_done_fn done, void *user_data);
+
+/**
+ * Split into sub-communicators by color, ranks ordered by (key, rank). *out is
+ * written before done runs (or before a blocking call returns).
+ */
+NEXAR_API nexar_status_t nexar_comm_split(nexar_comm_t *comm, uint32_t color, uint32_t key,
+                                          nexar_comm_t **out, nexar_done_fn done, void *user_data);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEXAR_H */

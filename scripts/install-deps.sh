@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what building and testing nexar needs (Debian 12). Safe to re-run:
+# it only calls apt-get when something is missing.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config clang-format
+      libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libev-dev libmimalloc-dev
+      libgtest-dev iproute2 binutils)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds, runs every test
+# (ctest), then builds again with AddressSanitizer + UndefinedBehaviorSanitizer
+# and runs the tests once more under them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+jobs=$(nproc)
+
+echo "== format check"
+git ls-files '*.c' '*.cpp' '*.h' | xargs clang-format --dry-run --Werror
+
+echo "== release build and tests"
+scripts/build.sh build
+(cd build && ctest --output-on-failure -j1 --timeout 900)
+
+if [ "${NEXAR_SKIP_SANITIZERS:-0}" != "1" ]; then
+  echo "== ASan + UBSan build and tests"
+  BUILD_TYPE=Debug scripts/build.sh build-asan -DNEXAR_SANITIZE=address,undefined \
+    -DCMAKE_CXX_FLAGS="-O1 -fno-sanitize-recover=undefined"
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest --output-on-failure -j1 --timeout 1800)
+fi

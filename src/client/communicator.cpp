@@ -1,0 +1,171 @@
+#include "client/communicator.h"
+
+#include <chrono>
+
+#include "core/log.h"
+#include "engine/spawn.h"
+
+namespace nexar {
+
+Communicator::Communicator(std::shared_ptr<Engine> engine, uint64_t comm_id, uint32_t rank,
+                           std::vector<uint32_t> world_of, bool owns_engine)
+    : engine_(std::move(engine)),
+      comm_id_(comm_id),
+      rank_(rank),
+      world_of_(std::move(world_of)),
+      owns_engine_(owns_engine) {
+  if (engine_->config().completion_mode == NEXAR_COMPLETION_POLLED)
+    polled_ = std::make_unique<PolledQueue>();
+  engine_->loop().run_sync([this] { engine_->register_comm(this); });
+}
+
+Communicator::~Communicator() {
+  close();
+  engine_->loop().run_sync([this] { engine_->unregister_comm(this); });
+  if (owns_engine_) engine_->shutdown();
+}
+
+Status Communicator::submit(const char *name, Body body, nexar_done_fn done, void *user_data,
+                            uint64_t *seq_out) {
+  if (!done && in_user_callback())
+    return error(NEXAR_ERR_WOULD_DEADLOCK,
+                 format("%s: a blocking call (done == NULL) from inside a completion callback "
+                        "would deadlock",
+                        name));
+  const int st = state_.load();
+  if (st == 1) return error(NEXAR_ERR_ABORTED, format("%s: the communicator was aborted", name));
+  if (st == 2) return error(NEXAR_ERR_CLOSED, format("%s: the communicator is closed", name));
+  const uint64_t seq = next_seq_.fetch_add(1);
+  if (seq_out) *seq_out = seq;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    ++outstanding_;
+  }
+  std::shared_ptr<BlockingSlot> slot;
+  if (!done) slot = std::make_shared<BlockingSlot>();
+  const std::string op_name = name;
+  bool posted = engine_->loop().post(
+      [this, seq, op_name, body = std::move(body), done, user_data, slot]() mutable {
+        auto op = std::make_unique<OpContext>(&engine_->loop(), seq, op_name);
+        OpContext *raw = op.release();  // owned by the running operation until deliver()
+        active_.insert(raw);
+        if (state_.load() != 0) {
+          raw->fail(error(state_.load() == 1 ? NEXAR_ERR_ABORTED : NEXAR_ERR_CLOSED,
+                          format("%s: the communicator was %s", op_name.c_str(),
+                                 state_.load() == 1 ? "aborted" : "closed")));
+        }
+        spawn(body(raw), [this, raw, done, user_data, slot](Status s) {
+          deliver(raw, std::move(s), done, user_data, slot);
+        });
+      });
+  if (!posted) {
+    std::lock_guard<std::mutex> g(mu_);
+    --outstanding_;
+    return error(NEXAR_ERR_CLOSED, format("%s: the engine has stopped", name));
+  }
+  if (!slot) return {};
+  Status s = slot->wait();
+  return s;
+}
+
+void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
+                           std::shared_ptr<BlockingSlot> slot) {
+  // The first failure recorded on the operation wins over what the body says.
+  if (op->failed()) s = op->status();
+  auto finish = [this, op, s = std::move(s), done, user_data, slot]() mutable {
+    active_.erase(op);
+    const uint64_t seq = op->seq();
+    std::unique_ptr<OpContext> owned(op);
+    owned.reset();
+    auto release = [this] {
+      std::lock_guard<std::mutex> g(mu_);
+      if (--outstanding_ == 0) idle_cv_.notify_all();
+    };
+    if (slot) {
+      slot->complete(std::move(s));
+      release();
+      return;
+    }
+    Completion c{done, user_data, std::move(s), seq, release};
+    if (polled_)
+      polled_->push(std::move(c));
+    else
+      engine_->completions().push(std::move(c));
+  };
+  // Zero-copy sends still referenced by the transport keep the user's buffer
+  // borrowed: complete only once they are released.
+  if (op->pinned())
+    op->on_unpinned(std::move(finish));
+  else
+    finish();
+}
+
+void Communicator::abort() {
+  int expected = 0;
+  if (!state_.compare_exchange_strong(expected, 1)) return;
+  engine_->loop().run_sync([this] {
+    Status s = error(NEXAR_ERR_ABORTED, format("rank %u aborted the communicator", rank_),
+                     static_cast<int32_t>(rank_));
+    for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
+      op->fail(s);
+    for (uint32_t r = 0; r < size(); ++r)
+      if (r != rank_)
+        engine_->send_control(world_of_[r],
+                              wire::Abort{comm_id_, rank_, NEXAR_ERR_ABORTED, "nexar_comm_abort"});
+  });
+}
+
+void Communicator::on_remote_failure(const Status &s) {
+  {
+    std::lock_guard<std::mutex> g(err_mu_);
+    if (async_error_.ok()) async_error_ = s;
+  }
+  if (s.code == NEXAR_ERR_ABORTED)
+    for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
+      op->fail(s);
+}
+
+Status Communicator::async_error() const {
+  std::lock_guard<std::mutex> g(err_mu_);
+  return async_error_;
+}
+
+const char *Communicator::async_error_message() const {
+  std::lock_guard<std::mutex> g(err_mu_);
+  return async_error_.message.c_str();
+}
+
+void Communicator::close() {
+  if (state_.exchange(2) == 2) return;
+  engine_->loop().run_sync([this] {
+    Status s = error(NEXAR_ERR_CLOSED, format("the communicator of rank %u was destroyed", rank_));
+    for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
+      op->fail(s);
+  });
+  // Closing the connections (peers see the close at once) also releases every
+  // send still borrowing user memory.
+  if (owns_engine_) engine_->close_connections();
+  wait_idle();
+}
+
+void Communicator::wait_idle() {
+  std::unique_lock<std::mutex> g(mu_);
+  while (outstanding_ > 0) {
+    if (polled_) {
+      // Polled mode: the remaining callbacks run here, on the destroying thread.
+      g.unlock();
+      polled_->poll(UINT32_MAX, 10);
+      g.lock();
+    } else if (engine_->completions().on_this_thread()) {
+      // Destroyed from inside a callback: the completion thread is us.
+      g.unlock();
+      engine_->completions().run_queued_inline();
+      g.lock();
+      if (outstanding_ > 0) idle_cv_.wait_for(g, std::chrono::milliseconds(10));
+    } else {
+      idle_cv_.wait_for(g, std::chrono::milliseconds(100));
+    }
+  }
+}
+
+}  // namespace nexar

@@ -1,0 +1,80 @@
+// Communicator: one rank's view of a group (the C ABI's nexar_comm_t). It maps
+// its ranks onto its engine's peers, numbers its operations, and tracks the
+// ones in flight so that abort and destroy can end them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+#include "client/engine.h"
+#include "engine/completion_queue.h"
+#include "engine/task.h"
+#include "engine/wait.h"
+
+namespace nexar {
+
+class Communicator {
+ public:
+  Communicator(std::shared_ptr<Engine> engine, uint64_t comm_id, uint32_t rank,
+               std::vector<uint32_t> world_of, bool owns_engine);
+  ~Communicator();
+
+  uint32_t rank() const { return rank_; }
+  uint32_t size() const { return static_cast<uint32_t>(world_of_.size()); }
+  uint64_t comm_id() const { return comm_id_; }
+  uint32_t world_rank_of(uint32_t r) const { return world_of_[r]; }
+  Engine &engine() { return *engine_; }
+  const Config &config() const { return engine_->config(); }
+  PolledQueue *polled() { return polled_.get(); }
+
+  // The coroutine of one operation, made on the loop thread.
+  using Body = std::function<Task<Status>(OpContext *)>;
+  // Starts an operation. done == nullptr blocks until it completes. Returns
+  // the submission status (an error means done will never run).
+  Status submit(const char *name, Body body, nexar_done_fn done, void *user_data,
+                uint64_t *seq_out = nullptr);
+  // Fails every operation in flight now and tells the peers.
+  void abort();
+  // Completes everything pending with NEXAR_ERR_CLOSED and waits until every
+  // callback has run.
+  void close();
+
+  // ---- loop thread only ----
+  // A peer aborted this communicator, or a connection died.
+  void on_remote_failure(const Status &s);
+  Status async_error() const;
+  // Valid until the communicator is destroyed (the first async error is kept).
+  const char *async_error_message() const;
+
+ private:
+  void deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
+               std::shared_ptr<BlockingSlot> slot);
+  void wait_idle();
+
+  std::shared_ptr<Engine> engine_;
+  uint64_t comm_id_;
+  uint32_t rank_;
+  std::vector<uint32_t> world_of_;
+  bool owns_engine_;
+  std::unique_ptr<PolledQueue> polled_;
+  std::atomic<uint64_t> next_seq_{1};
+  std::atomic<int> state_{0};  // 0 open, 1 aborted, 2 closed
+
+  // Operations submitted whose completion has not finished running.
+  std::mutex mu_;
+  std::condition_variable idle_cv_;
+  uint64_t outstanding_ = 0;
+  mutable std::mutex err_mu_;
+  Status async_error_;
+
+  // Loop thread only.
+  std::unordered_set<OpContext *> active_;
+};
+
+}  // namespace nexar

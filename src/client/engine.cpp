@@ -1,0 +1,288 @@
+#include "client/engine.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "client/communicator.h"
+#include "core/log.h"
+
+namespace nexar {
+namespace {
+constexpr uint16_t kProtocolVersion = 1;
+
+std::string host_name() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+}  // namespace
+
+Engine::Engine(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
+    : id_(id),
+      cfg_(std::move(cfg)),
+      creds_(std::move(creds)),
+      pool_(BufferPool::create(cfg_.pool_profile == NEXAR_POOL_INFERENCE ? PoolProfile::Inference
+                                                                         : PoolProfile::Training)),
+      loop_(static_cast<int32_t>(id.rank)),
+      mailbox_(std::make_unique<Mailbox>(pool_)),
+      peers_(id.world_size) {
+  endpoint_ = std::make_unique<QuicEndpoint>(&loop_, this, id_.cluster_id, creds_,
+                                             cfg_.heartbeat_timeout_ms, cfg_.connect_timeout_ms,
+                                             cfg_.heartbeat_interval_ms);
+}
+
+Engine::~Engine() {
+  shutdown();
+  // The loop thread has stopped: tear down on this thread in dependency order.
+  endpoint_.reset();
+  mailbox_.reset();
+}
+
+Status Engine::start(const SocketAddress &bind_addr) {
+  Status s = endpoint_->open(bind_addr);
+  if (!s) return s;
+  address_ = endpoint_->local();
+  completions_ = std::make_unique<CompletionThread>();
+  loop_.start();
+  return {};
+}
+
+void Engine::close_connections() {
+  loop_.run_sync([this] {
+    if (shut_down_) return;
+    shut_down_ = true;
+    endpoint_->shutdown(error(NEXAR_ERR_CLOSED, format("rank %u shut down", id_.rank)));
+  });
+}
+
+void Engine::shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  close_connections();
+  loop_.stop();
+  completions_.reset();
+}
+
+Status Engine::start_mesh(const std::vector<SocketAddress> &peer_addrs) {
+  if (id_.world_size == 1) return {};
+  Status start_error;
+  loop_.run_sync([&] {
+    for (uint32_t r = 0; r < id_.world_size; ++r)
+      peers_[r].addr = peer_addrs[r];
+    // The higher rank connects: every pair has exactly one connection.
+    for (uint32_t r = 0; r < id_.rank && start_error.ok(); ++r) {
+      QuicConnection *c = nullptr;
+      Status s = endpoint_->connect(peers_[r].addr, r, &c);
+      if (!s)
+        start_error = error(s.code,
+                            format("connecting to rank %u at %s: %s", r,
+                                   peers_[r].addr.to_string().c_str(), s.message.c_str()),
+                            static_cast<int32_t>(r));
+      else
+        peers_[r].conn = c;
+    }
+  });
+  return start_error;
+}
+
+Status Engine::wait_mesh() {
+  if (id_.world_size == 1) return {};
+  std::unique_lock<std::mutex> g(mesh_mu_);
+  const bool done = mesh_cv_.wait_for(g, std::chrono::milliseconds(cfg_.connect_timeout_ms), [&] {
+    return ready_peers_ == id_.world_size - 1 || !mesh_error_.ok();
+  });
+  if (!mesh_error_.ok()) return mesh_error_;
+  if (!done) {
+    g.unlock();
+    std::string missing;
+    loop_.run_sync([&] {
+      for (uint32_t r = 0; r < id_.world_size; ++r)
+        if (r != id_.rank && !peers_[r].ready)
+          missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    });
+    return error(NEXAR_ERR_TIMEOUT,
+                 format("rank %u: mesh formation timed out after %llu ms; no hello from rank(s) %s",
+                        id_.rank, static_cast<unsigned long long>(cfg_.connect_timeout_ms),
+                        missing.c_str()));
+  }
+  LOG_DEBUG("mesh formed with %u peers", id_.world_size - 1);
+  return {};
+}
+
+void Engine::stats(nexar_stats_t *out) {
+  loop_.run_sync([&] {
+    const TransportStats &t = endpoint_->stats();
+    out->bytes_sent = t.bytes_sent;
+    out->bytes_received = t.bytes_received;
+    out->messages_sent = t.messages_sent;
+    out->messages_received = t.messages_received;
+    out->streams_opened = t.streams_opened;
+    out->streams_accepted = t.streams_accepted;
+    out->pending_tags = mailbox_->keys();
+    out->unexpected_bytes = mailbox_->buffered_bytes();
+    out->connections = endpoint_->connections();
+  });
+}
+
+QuicConnection *Engine::conn_to(uint32_t world_rank) const {
+  if (world_rank >= peers_.size()) return nullptr;
+  const Peer &p = peers_[world_rank];
+  return p.ready && p.conn && !p.conn->closed() ? p.conn : nullptr;
+}
+
+void Engine::send_control(uint32_t world_rank, const wire::ControlMessage &m) {
+  if (world_rank < peers_.size() && peers_[world_rank].conn)
+    send_control_on(peers_[world_rank].conn, m);
+}
+
+void Engine::send_control_on(QuicConnection *c, const wire::ControlMessage &m) {
+  std::vector<uint8_t> bytes = wire::encode_control(m);
+  PooledBuf buf = PooledBuf::unpooled(bytes.size());
+  memcpy(buf.data(), bytes.data(), bytes.size());
+  OutgoingMessage msg;
+  msg.header.kind = wire::FrameKind::Control;
+  msg.header.length = bytes.size();
+  msg.payload = buf.data();
+  msg.owned = std::move(buf);
+  c->send(std::move(msg), true, 0);
+}
+
+void Engine::register_comm(Communicator *c) {
+  comms_[c->comm_id()].push_back(c);
+}
+
+void Engine::unregister_comm(Communicator *c) {
+  auto it = comms_.find(c->comm_id());
+  if (it == comms_.end()) return;
+  auto &v = it->second;
+  v.erase(std::remove(v.begin(), v.end(), c), v.end());
+  if (v.empty()) comms_.erase(it);
+}
+
+void Engine::on_handshake_done(QuicConnection *c, const NodeIdentity &peer) {
+  if (peer.rank >= id_.world_size || peer.rank == id_.rank) {
+    c->close(1, error(NEXAR_ERR_AUTH, format("certificate names rank %u, outside this world of %u",
+                                             peer.rank, id_.world_size)));
+    return;
+  }
+  // The client speaks first; the server answers once the hello matches the
+  // rank its certificate names.
+  if (peers_[peer.rank].conn == c) {
+    send_control_on(
+        c, wire::Hello{kProtocolVersion, id_.cluster_id, id_.rank, id_.world_size, host_name()});
+  }
+}
+
+void Engine::handle_hello(QuicConnection *c, const wire::Hello &h) {
+  const uint32_t cert_rank = c->expected_peer_rank();
+  Status s;
+  if (h.protocol_version != kProtocolVersion)
+    s = error(NEXAR_ERR_PROTOCOL, format("rank %u speaks protocol %u, this node %u", h.rank,
+                                         h.protocol_version, kProtocolVersion));
+  else if (h.rank != cert_rank)
+    s = error(NEXAR_ERR_AUTH,
+              format("peer claims rank %u but its certificate names rank %u", h.rank, cert_rank));
+  else if (h.cluster_id != id_.cluster_id || h.world_size != id_.world_size)
+    s = error(NEXAR_ERR_AUTH, format("rank %u belongs to another cluster or world size (%u)",
+                                     h.rank, h.world_size));
+  else if (h.rank <= id_.rank)
+    s = error(NEXAR_ERR_PROTOCOL,
+              format("rank %u connected to rank %u; lower ranks never connect", h.rank, id_.rank));
+  else if (peers_[h.rank].conn && peers_[h.rank].conn != c)
+    s = error(NEXAR_ERR_AUTH, format("a second connection claims rank %u", h.rank));
+  if (!s) {
+    LOG_WARN("refusing mesh connection from %s: %s", c->remote().to_string().c_str(),
+             s.message.c_str());
+    c->close(1, s);
+    return;
+  }
+  peers_[h.rank].conn = c;
+  send_control_on(c, wire::HelloAck{id_.rank});
+  peer_ready(h.rank, c);
+}
+
+void Engine::peer_ready(uint32_t rank, QuicConnection *c) {
+  if (peers_[rank].ready) return;
+  peers_[rank].conn = c;
+  peers_[rank].ready = true;
+  LOG_DEBUG("rank %u ready at %s", rank, c->remote().to_string().c_str());
+  std::lock_guard<std::mutex> g(mesh_mu_);
+  ++ready_peers_;
+  mesh_cv_.notify_all();
+}
+
+void Engine::on_control(QuicConnection *c, std::span<const uint8_t> message) {
+  wire::DecodeResult r = wire::decode_control(message);
+  if (!r) {
+    c->close(1, error(NEXAR_ERR_PROTOCOL, format("malformed control message from rank %u: %s",
+                                                 c->expected_peer_rank(), r.error.c_str())));
+    return;
+  }
+  const uint32_t from = c->expected_peer_rank();
+  std::visit(
+      [&](const auto &m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, wire::Hello>) {
+          handle_hello(c, m);
+        } else if constexpr (std::is_same_v<T, wire::HelloAck>) {
+          if (peers_[from].conn == c && m.rank == from) peer_ready(from, c);
+        } else if constexpr (std::is_same_v<T, wire::Abort>) {
+          auto it = comms_.find(m.comm_id);
+          if (it == comms_.end()) return;
+          Status s = error(NEXAR_ERR_ABORTED,
+                           format("rank %u aborted the communicator: %s", m.rank, m.reason.c_str()),
+                           static_cast<int32_t>(m.rank));
+          for (Communicator *comm : std::vector<Communicator *>(it->second))
+            comm->on_remote_failure(s);
+        } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
+          LOG_DEBUG("rank %u said goodbye", from);
+        } else {
+          // Heartbeats and the rest carry nothing this engine acts on yet.
+        }
+      },
+      *r.message);
+}
+
+MessageSink *Engine::on_message(QuicConnection *c, int64_t stream_id, const wire::FrameHeader &h) {
+  const uint32_t from = c->expected_peer_rank();
+  MsgKey key{from, static_cast<uint8_t>(h.kind), h.comm_id, h.tag};
+  return mailbox_->on_message(key, h.length, c, stream_id);
+}
+
+void Engine::on_closed(QuicConnection *c, const Status &why) {
+  mailbox_->forget_connection(c);
+
+  for (uint32_t r = 0; r < peers_.size(); ++r) {
+    if (peers_[r].conn != c) continue;
+    peers_[r].conn = nullptr;
+    Status s = why;
+    if (s.failed_rank < 0) s.failed_rank = static_cast<int32_t>(r);
+    const bool was_ready = peers_[r].ready;
+    peers_[r].ready = false;
+    if (!shut_down_) {
+      if (was_ready && s.code == NEXAR_ERR_PEER_FAILED &&
+          s.message.find("closed the connection") != std::string::npos)
+        LOG_INFO("rank %u left: %s", r, s.message.c_str());
+      else if (was_ready)
+        LOG_WARN("lost rank %u: %s", r, s.message.c_str());
+      mailbox_->fail_peer(r, s);
+      for (auto &[id, list] : comms_)
+        for (Communicator *comm : std::vector<Communicator *>(list))
+          comm->on_remote_failure(s);
+      if (!was_ready) {
+        std::lock_guard<std::mutex> g(mesh_mu_);
+        if (mesh_error_.ok())
+          mesh_error_ = error(why.code,
+                              format("rank %u: connection to rank %u failed during "
+                                     "formation: %s",
+                                     id_.rank, r, why.message.c_str()),
+                              static_cast<int32_t>(r));
+        mesh_cv_.notify_all();
+      }
+    }
+  }
+  endpoint_->retire(c);
+}
+
+}  // namespace nexar

@@ -1,0 +1,106 @@
+// Engine: everything one rank runs: the event loop thread, the QUIC endpoint
+// and its connections to every peer, the mailbox, and the completion thread.
+// Communicators derived from one another share their engine.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "client/mailbox.h"
+#include "core/buffer_pool.h"
+#include "core/config.h"
+#include "engine/completion_queue.h"
+#include "engine/event_loop.h"
+#include "transport/codec.h"
+#include "transport/quic_endpoint.h"
+
+namespace nexar {
+
+class Communicator;
+
+class Engine : public ConnectionHandler {
+ public:
+  struct Identity {
+    uint32_t rank = 0;
+    uint32_t world_size = 1;
+    uint64_t cluster_id = 0;
+  };
+
+  Engine(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds);
+  ~Engine() override;
+
+  // Binds the UDP socket and starts the threads.
+  Status start(const SocketAddress &bind_addr);
+  const SocketAddress &address() const { return address_; }
+  // Connects to every lower rank (higher ranks connect to us)...
+  Status start_mesh(const std::vector<SocketAddress> &peer_addrs);
+  // ...and waits, bounded by connect_timeout_ms, until every peer said hello.
+  Status wait_mesh();
+  // Closes every connection (idempotent).
+  void close_connections();
+  // Closes every connection and stops the threads (idempotent).
+  void shutdown();
+
+  const Identity &identity() const { return id_; }
+  const Config &config() const { return cfg_; }
+  EventLoop &loop() { return loop_; }
+  Mailbox &mailbox() { return *mailbox_; }
+  CompletionThread &completions() { return *completions_; }
+  BufferPool &pool() { return *pool_; }
+
+  // Fills the counters (from any thread).
+  void stats(nexar_stats_t *out);
+
+  // ---- loop thread only ----
+  QuicConnection *conn_to(uint32_t world_rank) const;
+  const Status *peer_failure(uint32_t world_rank) const {
+    return mailbox_->peer_failure(world_rank);
+  }
+  void send_control(uint32_t world_rank, const wire::ControlMessage &m);
+  void send_control_on(QuicConnection *c, const wire::ControlMessage &m);
+  void register_comm(Communicator *c);
+  void unregister_comm(Communicator *c);
+
+  // ConnectionHandler
+  void on_handshake_done(QuicConnection *c, const NodeIdentity &peer) override;
+  void on_control(QuicConnection *c, std::span<const uint8_t> message) override;
+  MessageSink *on_message(QuicConnection *c, int64_t stream_id,
+                          const wire::FrameHeader &h) override;
+  void on_closed(QuicConnection *c, const Status &why) override;
+
+ private:
+  struct Peer {
+    SocketAddress addr;
+    QuicConnection *conn = nullptr;
+    bool ready = false;
+  };
+  void peer_ready(uint32_t rank, QuicConnection *c);
+  void handle_hello(QuicConnection *c, const wire::Hello &h);
+  void note_mesh_progress();
+
+  Identity id_;
+  Config cfg_;
+  std::shared_ptr<TlsCredentials> creds_;
+  std::shared_ptr<BufferPool> pool_;
+  EventLoop loop_;
+  std::unique_ptr<Mailbox> mailbox_;
+  std::unique_ptr<QuicEndpoint> endpoint_;
+  std::unique_ptr<CompletionThread> completions_;
+  SocketAddress address_;
+  std::vector<Peer> peers_;
+  std::unordered_map<uint64_t, std::vector<Communicator *>> comms_;
+  bool shut_down_ = false;  // loop thread
+  bool stopped_ = false;    // owner thread
+
+  // Mesh formation progress, read by the thread in form_mesh.
+  std::mutex mesh_mu_;
+  std::condition_variable mesh_cv_;
+  uint32_t ready_peers_ = 0;
+  Status mesh_error_;
+};
+
+}  // namespace nexar

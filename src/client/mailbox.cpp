@@ -1,0 +1,260 @@
+#include "client/mailbox.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/log.h"
+
+namespace nexar {
+namespace {
+constexpr uint64_t kSmallMessage = 64 << 10;  // buffered in one exact-size piece
+constexpr uint64_t kChunk = 8ull << 20;       // larger ones in pooled chunks
+}  // namespace
+
+// ---- Incoming ------------------------------------------------------------------
+
+Incoming::Incoming(Mailbox *box, MsgKey key, uint64_t length, QuicConnection *conn,
+                   int64_t stream_id)
+    : box_(box), key_(key), length_(length), conn_(conn), stream_id_(stream_id) {}
+
+size_t Incoming::write(const uint8_t *data, size_t len) {
+  if (discard_) {
+    received_ += len;
+    return len;
+  }
+  if (waiter_) {
+    memcpy(waiter_->buf_ + received_, data, len);
+    received_ += len;
+    return len;
+  }
+  // Unexpected: buffer it. Small messages take one exact-size piece; large
+  // ones pooled chunks, so no single allocation of a whole large message.
+  size_t left = len;
+  while (left > 0) {
+    if (chunks_.empty() || chunks_.back().size() == chunks_.back().capacity()) {
+      const uint64_t want =
+          length_ <= kSmallMessage ? length_ : std::min(kChunk, length_ - received_);
+      PooledBuf b = length_ <= kSmallMessage ? PooledBuf::unpooled(static_cast<size_t>(want))
+                                             : box_->pool().checkout(static_cast<size_t>(want));
+      b.resize(0);
+      chunks_.push_back(std::move(b));
+    }
+    PooledBuf &b = chunks_.back();
+    size_t room = std::min<size_t>(left, b.capacity() - b.size());
+    const size_t old = b.size();
+    b.resize(old + room);
+    memcpy(b.data() + old, data, room);
+    data += room;
+    left -= room;
+    received_ += room;
+  }
+  buffered_ += len;
+  box_->buffered_total_ += len;
+  uint64_t &peer_bytes = box_->unexpected_per_peer_[key_.peer];
+  peer_bytes += len;
+  if (peer_bytes <= kUnexpectedBudget) return len;
+  withheld_ += len;
+  return 0;
+}
+
+void Incoming::release_buffer() {
+  box_->buffered_total_ -= buffered_;
+  box_->unexpected_per_peer_[key_.peer] -= buffered_;
+  buffered_ = 0;
+  chunks_.clear();
+  if (withheld_ > 0 && conn_ && !conn_->closed())
+    conn_->release_credit(stream_id_, static_cast<size_t>(withheld_));
+  withheld_ = 0;
+}
+
+void Incoming::bind(RecvWait *w) {
+  waiter_ = w;
+  w->msg_ = this;
+  if (length_ != w->size_) {
+    discard_ = true;  // the message is consumed; the receive reports the mismatch
+  } else {
+    uint64_t off = 0;
+    for (auto &c : chunks_) {
+      memcpy(w->buf_ + off, c.data(), c.size());
+      off += c.size();
+    }
+  }
+  release_buffer();
+}
+
+void Incoming::finish(bool ok) {
+  complete_ = true;
+  failed_ = !ok;
+
+  if (!waiter_) {
+    if (discard_) box_->destroy_message(this);  // abandoned mid-way: nobody wants it
+    return;                                     // otherwise it waits for its receive
+  }
+  RecvWait *w = std::exchange(waiter_, nullptr);
+  w->msg_ = nullptr;
+  Status s;
+  if (!ok)
+    s = error(NEXAR_ERR_PEER_FAILED,
+              format("%s: connection to rank %d lost while the message was arriving", w->what_,
+                     w->user_rank_),
+              w->user_rank_);
+  else if (length_ != w->size_)
+    s = error(NEXAR_ERR_SIZE_MISMATCH,
+              format("%s: message from rank %d has %llu bytes, the receive buffer %llu", w->what_,
+                     w->user_rank_, static_cast<unsigned long long>(length_),
+                     static_cast<unsigned long long>(w->size_)),
+              w->user_rank_);
+  box_->destroy_message(this);
+  w->finish(std::move(s));
+}
+
+// ---- RecvWait ------------------------------------------------------------------
+
+RecvWait::RecvWait(Mailbox *box, OpContext *op, uint64_t deadline_ns, MsgKey key, void *buf,
+                   uint64_t size, int32_t user_rank, const char *what)
+    : Wait(op->loop(), op, deadline_ns, user_rank),
+      box_(box),
+      key_(key),
+      buf_(static_cast<uint8_t *>(buf)),
+      size_(size),
+      user_rank_(user_rank),
+      what_(what) {}
+
+bool RecvWait::await_ready() {
+  if (const Status *dead = box_->peer_failure(key_.peer)) {
+    Mailbox::Queue *q = nullptr;
+    auto it = box_->queues_.find(key_);
+    if (it != box_->queues_.end()) q = &it->second;
+    // Complete messages that arrived before the failure still count.
+    if (!q || q->unexpected.empty() || !q->unexpected.front()->complete_ ||
+        q->unexpected.front()->failed_) {
+      finish(error(dead->code, format("%s: %s", what_, dead->message.c_str()), user_rank_));
+      return true;
+    }
+  }
+  Mailbox::Queue &q = box_->queue(key_);
+  if (!q.unexpected.empty()) {
+    Incoming *m = q.unexpected.front();
+    q.unexpected.pop_front();
+    box_->erase_if_idle(key_);
+    if (m->failed_) {
+      box_->destroy_message(m);
+      finish(error(
+          NEXAR_ERR_PEER_FAILED,
+          format("%s: connection to rank %d was lost while the message arrived", what_, user_rank_),
+          user_rank_));
+      return true;
+    }
+    m->bind(this);
+    if (m->complete_) {
+      m->finish(true);  // reports success or the size mismatch to us
+      return true;
+    }
+    return false;  // the rest streams straight into our buffer
+  }
+  q.posted.push_back(this);
+  posted_ = true;
+  return false;
+}
+
+void RecvWait::detach() {
+  if (posted_) {
+    auto it = box_->queues_.find(key_);
+    if (it != box_->queues_.end()) {
+      auto &p = it->second.posted;
+      p.erase(std::remove(p.begin(), p.end(), this), p.end());
+      box_->erase_if_idle(key_);
+    }
+    posted_ = false;
+  }
+  if (msg_) {
+    // Abandoned while the message streams in: consume and drop the rest.
+    msg_->waiter_ = nullptr;
+    msg_->discard_ = true;
+    msg_ = nullptr;
+  }
+}
+
+std::string RecvWait::timeout_message() const {
+  return format("%s: nothing arrived from rank %d before the deadline", what_, user_rank_);
+}
+
+// ---- Mailbox -------------------------------------------------------------------
+
+Mailbox::~Mailbox() {
+  for (auto &[k, q] : queues_)
+    for (RecvWait *w : q.posted)
+      w->posted_ = false;
+  queues_.clear();
+  live_.clear();
+}
+
+MessageSink *Mailbox::on_message(const MsgKey &key, uint64_t length, QuicConnection *conn,
+                                 int64_t stream_id) {
+  auto owned = std::make_unique<Incoming>(this, key, length, conn, stream_id);
+  Incoming *m = owned.get();
+  live_.emplace(m, std::move(owned));
+  Queue &q = queue(key);
+  if (!q.posted.empty()) {
+    RecvWait *w = q.posted.front();
+    q.posted.pop_front();
+    w->posted_ = false;
+    erase_if_idle(key);
+    m->bind(w);  // finish() comes from the stream once every byte is in
+  } else {
+    q.unexpected.push_back(m);
+  }
+  return m;
+}
+
+void Mailbox::deliver_local(const MsgKey &key, const void *data, uint64_t length) {
+  MessageSink *m = on_message(key, length, nullptr, -1);
+  // Local bytes need no credit; the budget bookkeeping is the same as remote.
+  const uint8_t *p = static_cast<const uint8_t *>(data);
+  uint64_t left = length;
+  while (left > 0) {
+    size_t k = static_cast<size_t>(std::min<uint64_t>(left, 1ull << 30));
+    m->write(p, k);
+    p += k;
+    left -= k;
+  }
+  m->finish(true);
+}
+
+void Mailbox::forget_connection(const QuicConnection *c) {
+  for (auto &[raw, m] : live_)
+    if (m->conn_ == c) m->conn_ = nullptr;
+}
+
+void Mailbox::destroy_message(Incoming *m) {
+  m->release_buffer();
+  live_.erase(m);
+}
+
+void Mailbox::erase_if_idle(const MsgKey &key) {
+  auto it = queues_.find(key);
+  if (it != queues_.end() && it->second.unexpected.empty() && it->second.posted.empty())
+    queues_.erase(it);
+}
+
+void Mailbox::set_peer_dead(uint32_t peer, const Status &s) {
+  if (!dead_.count(peer)) dead_.emplace(peer, s);
+}
+
+const Status *Mailbox::peer_failure(uint32_t peer) const {
+  auto it = dead_.find(peer);
+  return it == dead_.end() ? nullptr : &it->second;
+}
+
+void Mailbox::fail_peer(uint32_t peer, const Status &s) {
+  set_peer_dead(peer, s);
+  std::vector<RecvWait *> victims;
+  for (auto &[k, q] : queues_)
+    if (k.peer == peer)
+      for (RecvWait *w : q.posted)
+        victims.push_back(w);
+  for (RecvWait *w : victims)
+    w->finish(error(s.code, format("%s: %s", w->what_, s.message.c_str()), w->user_rank_));
+}
+
+}  // namespace nexar

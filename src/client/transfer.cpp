@@ -1,0 +1,120 @@
+#include "client/transfer.h"
+
+#include <cstring>
+
+namespace nexar {
+namespace {
+
+// Keeps an operation's user buffer borrowed until the transport lets go of a
+// cancelled send that was already partly written.
+class PinListener : public SendListener {
+ public:
+  explicit PinListener(OpContext *op) : op_(op) { op_->pin(); }
+  void on_send_done(const Status &) override {
+    if (op_) std::exchange(op_, nullptr)->unpin();
+  }
+
+ private:
+  OpContext *op_;
+};
+
+uint64_t stream_key(const wire::FrameHeader &h) {
+  return MsgKeyHash{}(MsgKey{0, static_cast<uint8_t>(h.kind), h.comm_id, h.tag});
+}
+
+}  // namespace
+
+SendWait::SendWait(Engine &engine, OpContext *op, uint64_t deadline_ns, uint32_t world_peer,
+                   int32_t user_rank, const wire::FrameHeader &h, const void *payload,
+                   const char *what)
+    : Wait(op->loop(), op, deadline_ns, user_rank),
+      engine_(engine),
+      world_peer_(world_peer),
+      user_rank_(user_rank),
+      header_(h),
+      payload_(static_cast<const uint8_t *>(payload)),
+      what_(what) {}
+
+bool SendWait::await_ready() {
+  if (op_->failed()) {
+    finish(op_->status());
+    return true;
+  }
+  conn_ = engine_.conn_to(world_peer_);
+  if (!conn_) {
+    const Status *dead = engine_.peer_failure(world_peer_);
+    finish(error(NEXAR_ERR_PEER_FAILED,
+                 format("%s: no connection to rank %d%s%s", what_, user_rank_, dead ? ": " : "",
+                        dead ? dead->message.c_str() : ""),
+                 user_rank_));
+    return true;
+  }
+  OutgoingMessage msg;
+  msg.header = header_;
+  if (header_.length <= kEagerBytes && conn_->queued_bytes() < kEagerQueueLimit) {
+    PooledBuf copy = engine_.pool().checkout(static_cast<size_t>(header_.length));
+    if (header_.length) memcpy(copy.data(), payload_, static_cast<size_t>(header_.length));
+    msg.payload = copy.data();
+    msg.owned = std::move(copy);
+    conn_->send(std::move(msg), false, stream_key(header_));
+    finish(Status());
+    return true;
+  }
+  msg.payload = payload_;
+  msg.listener = this;
+  item_ = conn_->send(std::move(msg), false, stream_key(header_));
+  return finished();  // a closed connection reports at once
+}
+
+void SendWait::on_send_done(const Status &s) {
+  item_ = nullptr;
+  if (s.ok()) {
+    finish(Status());
+  } else {
+    finish(error(s.code == NEXAR_ERR_CLOSED ? NEXAR_ERR_PEER_FAILED : s.code,
+                 format("%s: sending to rank %d failed: %s", what_, user_rank_, s.message.c_str()),
+                 user_rank_));
+  }
+}
+
+void SendWait::detach() {
+  if (!item_) return;
+  auto pin = std::make_shared<PinListener>(op_);
+  if (conn_->cancel(item_, pin.get()))
+    op_->keep_alive(std::move(pin));
+  else
+    pin->on_send_done(Status());
+  item_ = nullptr;
+}
+
+std::string SendWait::timeout_message() const {
+  return format("%s: rank %d did not acknowledge %llu bytes before the deadline", what_, user_rank_,
+                static_cast<unsigned long long>(header_.length));
+}
+
+Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t to,
+                     wire::FrameKind kind, uint64_t tag, const void *data, uint64_t len,
+                     const char *what) {
+  if (to == comm->rank()) {
+    MsgKey key{comm->world_rank_of(to), static_cast<uint8_t>(kind), comm->comm_id(), tag};
+    comm->engine().mailbox().deliver_local(key, data, len);
+    co_return Status();
+  }
+  wire::FrameHeader h;
+  h.kind = kind;
+  h.comm_id = comm->comm_id();
+  h.tag = tag;
+  h.length = len;
+  co_return co_await SendWait(comm->engine(), op, deadline_ns, comm->world_rank_of(to),
+                              static_cast<int32_t>(to), h, data, what);
+}
+
+Task<Status> recv_from(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t from,
+                       wire::FrameKind kind, uint64_t tag, void *data, uint64_t len,
+                       const char *what) {
+  MsgKey key{comm->world_rank_of(from), static_cast<uint8_t>(kind), comm->comm_id(), tag};
+  co_return co_await RecvWait(&comm->engine().mailbox(), op, deadline_ns, key, data, len,
+                              static_cast<int32_t>(from), what);
+}
+
+}  // namespace nexar

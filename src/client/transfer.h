@@ -1,0 +1,55 @@
+// The two primitives every operation is built from: send a message to a peer
+// and receive one, as awaitables bounded by a deadline and tied to their
+// operation (so abort, destroy or a sibling's failure ends them at once).
+#pragma once
+
+#include <cstdint>
+
+#include "client/communicator.h"
+#include "client/mailbox.h"
+#include "engine/task.h"
+#include "engine/wait.h"
+#include "transport/quic_connection.h"
+
+namespace nexar {
+
+// Messages up to this size are copied and the send completes at once; larger
+// ones are sent from the caller's memory and complete when acknowledged.
+constexpr uint64_t kEagerBytes = 64 << 10;
+// Eager copies stop once this much is queued on a connection (back-pressure).
+constexpr uint64_t kEagerQueueLimit = 8ull << 20;
+
+class SendWait : public Wait, public SendListener {
+ public:
+  SendWait(Engine &engine, OpContext *op, uint64_t deadline_ns, uint32_t world_peer,
+           int32_t user_rank, const wire::FrameHeader &h, const void *payload, const char *what);
+  bool await_ready();
+  bool await_suspend(std::coroutine_handle<> h) { return suspend(h); }
+  Status await_resume() { return result(); }
+  void on_send_done(const Status &s) override;
+
+ protected:
+  void detach() override;
+  std::string timeout_message() const override;
+
+ private:
+  Engine &engine_;
+  uint32_t world_peer_;
+  int32_t user_rank_;
+  wire::FrameHeader header_;
+  const uint8_t *payload_;
+  const char *what_;
+  QuicConnection *conn_ = nullptr;
+  QuicConnection::SendItem *item_ = nullptr;
+};
+
+// Sends len bytes to comm rank `to`: kind/tag select the receiver's match key.
+Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t to,
+                     wire::FrameKind kind, uint64_t tag, const void *data, uint64_t len,
+                     const char *what);
+// Receives exactly len bytes from comm rank `from` into data.
+Task<Status> recv_from(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t from,
+                       wire::FrameKind kind, uint64_t tag, void *data, uint64_t len,
+                       const char *what);
+
+}  // namespace nexar

@@ -1,0 +1,46 @@
+// Communicator configuration: defaults, then NEXAR_* environment variables,
+// then the caller's option fields (nexar_comm_options_t).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "nexar.h"
+
+namespace nexar {
+
+// Fills opts (of the caller's struct_size) with defaults and the environment.
+Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size);
+
+// The library's own copy of a caller's options: strings owned, sizes checked.
+struct Config {
+  uint32_t completion_mode = NEXAR_COMPLETION_THREAD;
+  uint32_t pool_profile = NEXAR_POOL_TRAINING;
+  uint64_t collective_timeout_ms = 30000;
+  uint64_t barrier_timeout_ms = 30000;
+  uint64_t p2p_timeout_ms = 300000;
+  uint64_t connect_timeout_ms = 30000;
+  uint64_t heartbeat_interval_ms = 1000;
+  uint64_t heartbeat_timeout_ms = 5000;
+  uint64_t large_msg_bytes = 8ull << 20;
+  uint64_t pipeline_segment_bytes = 2ull << 20;
+  uint32_t ring_max_world = 8;
+  uint32_t spin_us = 0;
+  std::string seed_address, cluster_token, listen_address, advertise_address, socket_ifname;
+  int32_t rank = -1;
+  uint32_t world_size = 0;
+
+  // Copies the fields a caller set (NULL opts = defaults plus environment).
+  static Status from_options(const nexar_comm_options_t *opts, Config *out);
+};
+
+// Environment parsing helpers (exposed for tests). Each returns an error
+// naming the variable when the value is present but malformed.
+Status env_seconds_ms(const char *name, uint64_t *out_ms);
+Status env_bytes(const char *name, uint64_t *out);
+Status env_u32(const char *name, uint32_t *out);
+Status parse_bytes(const char *text, uint64_t *out);
+Status parse_seconds_ms(const char *text, uint64_t *out_ms);
+
+}  // namespace nexar

@@ -1,0 +1,88 @@
+#include "core/log.h"
+
+#include <strings.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "core/status.h"
+
+namespace nexar {
+
+std::string format(const char *fmt, ...) {
+  char small[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0) return {};
+  if (static_cast<size_t>(n) < sizeof small) return std::string(small, static_cast<size_t>(n));
+  std::string out(static_cast<size_t>(n), '\0');
+  va_start(ap, fmt);
+  vsnprintf(out.data(), out.size() + 1, fmt, ap);
+  va_end(ap);
+  return out;
+}
+
+namespace log {
+namespace {
+
+const char *const kNames[] = {"error", "warn", "info", "debug", "trace"};
+
+std::atomic<int> &level_ref() {
+  static std::atomic<int> lvl{[] {
+    const char *env = getenv("NEXAR_LOG_LEVEL");
+    int parsed = env ? parse_level(env) : -1;
+    if (env && *env && parsed < 0)
+      fprintf(stderr, "nexar: NEXAR_LOG_LEVEL=%s is not one of error, warn, info, debug, trace\n",
+              env);
+    return parsed < 0 ? NEXAR_LOG_WARN : parsed;
+  }()};
+  return lvl;
+}
+
+thread_local int32_t t_rank = -1;
+
+}  // namespace
+
+int parse_level(const char *name) {
+  for (int i = 0; i < 5; ++i)
+    if (strcasecmp(name, kNames[i]) == 0) return i;
+  return -1;
+}
+
+int level() {
+  return level_ref().load(std::memory_order_relaxed);
+}
+void set_level(int lvl) {
+  level_ref().store(lvl, std::memory_order_relaxed);
+}
+void set_thread_rank(int32_t rank) {
+  t_rank = rank;
+}
+
+void write(int lvl, const char *fmt, ...) {
+  static const std::string host = [] {
+    char buf[256] = {0};
+    gethostname(buf, sizeof buf - 1);
+    return std::string(buf);
+  }();
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  char rank[16] = "-";
+  if (t_rank >= 0) snprintf(rank, sizeof rank, "%d", t_rank);
+  // One fprintf per line so that lines from several threads do not interleave.
+  fprintf(stderr, "nexar[%s:%d:r%s] %s: %s\n", host.c_str(), static_cast<int>(getpid()), rank,
+          kNames[lvl < 0 ? 0 : (lvl > 4 ? 4 : lvl)], msg);
+}
+
+}  // namespace log
+}  // namespace nexar

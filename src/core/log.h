@@ -1,0 +1,36 @@
+// Logging: one line per event on stderr, prefixed with host, pid and rank so
+// that interleaved output of many processes stays readable.
+#pragma once
+
+#include <cstdint>
+
+#include "nexar.h"
+
+namespace nexar::log {
+
+// The level from NEXAR_LOG_LEVEL (error, warn, info, debug, trace), read once.
+int level();
+void set_level(int level);
+inline bool enabled(int lvl) {
+  return lvl <= level();
+}
+
+// The rank shown in this thread's log lines (-1 = none).
+void set_thread_rank(int32_t rank);
+
+void write(int lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Parses a level name; returns -1 when it is not one.
+int parse_level(const char *name);
+
+}  // namespace nexar::log
+
+#define NEXAR_LOG(lvl, ...)                                                \
+  do {                                                                     \
+    if (::nexar::log::enabled(lvl)) ::nexar::log::write(lvl, __VA_ARGS__); \
+  } while (0)
+#define LOG_ERROR(...) NEXAR_LOG(NEXAR_LOG_ERROR, __VA_ARGS__)
+#define LOG_WARN(...) NEXAR_LOG(NEXAR_LOG_WARN, __VA_ARGS__)
+#define LOG_INFO(...) NEXAR_LOG(NEXAR_LOG_INFO, __VA_ARGS__)
+#define LOG_DEBUG(...) NEXAR_LOG(NEXAR_LOG_DEBUG, __VA_ARGS__)
+#define LOG_TRACE(...) NEXAR_LOG(NEXAR_LOG_TRACE, __VA_ARGS__)

@@ -1,0 +1,118 @@
+#include "engine/completion_queue.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace nexar {
+namespace {
+thread_local int t_callback_depth = 0;
+}
+
+bool in_user_callback() {
+  return t_callback_depth > 0;
+}
+
+void Completion::run() {
+  if (done) {
+    nexar_completion_t c;
+    c.struct_size = sizeof c;
+    c.status = status.code;
+    c.failed_rank = status.failed_rank;
+    c.op_seq = seq;
+    c.message = status.message.c_str();
+    ++t_callback_depth;
+    done(user_data, &c);
+    --t_callback_depth;
+  }
+  if (after) after();
+}
+
+CompletionThread::CompletionThread() {
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> g(mu_);
+    for (;;) {
+      cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty() && stop_) return;
+      Completion c = std::move(queue_.front());
+      queue_.pop_front();
+      g.unlock();
+      c.run();
+      g.lock();
+    }
+  });
+}
+
+CompletionThread::~CompletionThread() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (on_this_thread()) {
+    thread_.detach();  // destroyed from its own callback: it exits by itself
+  } else {
+    thread_.join();
+  }
+}
+
+void CompletionThread::push(Completion c) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    queue_.push_back(std::move(c));
+  }
+  cv_.notify_one();
+}
+
+void CompletionThread::run_queued_inline() {
+  std::deque<Completion> batch;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    batch.swap(queue_);
+  }
+  for (auto &c : batch)
+    c.run();
+}
+
+PolledQueue::PolledQueue() {
+  fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+PolledQueue::~PolledQueue() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void PolledQueue::push(Completion c) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    queue_.push_back(std::move(c));
+  }
+  uint64_t one = 1;
+  ssize_t rc = write(fd_, &one, sizeof one);
+  (void)rc;
+  cv_.notify_all();
+}
+
+int32_t PolledQueue::poll(uint32_t max, int32_t timeout_ms) {
+  std::deque<Completion> batch;
+  {
+    std::unique_lock<std::mutex> g(mu_);
+    if (queue_.empty() && timeout_ms > 0)
+      cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), [&] { return !queue_.empty(); });
+    while (!queue_.empty() && batch.size() < max) {
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    if (queue_.empty()) {
+      uint64_t v;
+      ssize_t rc = read(fd_, &v, sizeof v);  // readable only while something waits
+      (void)rc;
+    }
+  }
+  for (auto &c : batch)
+    c.run();
+  return static_cast<int32_t>(batch.size());
+}
+
+}  // namespace nexar

@@ -1,0 +1,88 @@
+// Delivery of finished operations to the user: a completion thread that runs
+// callbacks (so a slow callback never stalls the I/O thread), per-
+// communicator queues for polled mode, and direct wake-ups for blocking calls.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/status.h"
+#include "nexar.h"
+
+namespace nexar {
+
+// A blocking caller waits on this (done == NULL in the C ABI).
+struct BlockingSlot {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  void complete(Status s) {
+    std::lock_guard<std::mutex> g(mu);
+    status = std::move(s);
+    done = true;
+    cv.notify_one();
+  }
+  Status wait() {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait(g, [&] { return done; });
+    return status;
+  }
+};
+
+// A finished operation on its way to a callback.
+struct Completion {
+  nexar_done_fn done = nullptr;
+  void *user_data = nullptr;
+  Status status;
+  uint64_t seq = 0;
+  std::function<void()> after;  // bookkeeping once the callback returned
+  void run();                   // invokes the callback, then `after`
+};
+
+// True while this thread runs a user callback (blocking calls then return
+// NEXAR_ERR_WOULD_DEADLOCK).
+bool in_user_callback();
+
+class CompletionThread {
+ public:
+  CompletionThread();
+  ~CompletionThread();
+  void push(Completion c);
+  // Runs what is queued on the calling thread (used when a callback destroys
+  // its own communicator).
+  void run_queued_inline();
+  bool on_this_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Completion> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// Polled mode: completions wait here until nexar_comm_poll runs them.
+class PolledQueue {
+ public:
+  PolledQueue();
+  ~PolledQueue();
+  void push(Completion c);
+  // Runs up to max completions, waiting up to timeout_ms for the first.
+  int32_t poll(uint32_t max, int32_t timeout_ms);
+  int fd() const { return fd_; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Completion> queue_;
+  int fd_ = -1;
+};
+
+}  // namespace nexar

@@ -1,0 +1,142 @@
+#include "engine/event_loop.h"
+
+#include <condition_variable>
+
+#include "core/log.h"
+
+namespace nexar {
+
+EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
+  loop_ = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+  ev_async_init(&wake_, &EventLoop::on_async);
+  wake_.data = this;
+  ev_async_start(loop_, &wake_);
+  ev_prepare_init(&prepare_, &EventLoop::on_prepare);
+  prepare_.data = this;
+  ev_prepare_start(loop_, &prepare_);
+  ev_idle_init(&idle_, &EventLoop::on_idle);
+}
+
+EventLoop::~EventLoop() {
+  stop();
+  ev_loop_destroy(loop_);
+}
+
+void EventLoop::start() {
+  if (started_.exchange(true)) return;
+  std::mutex m;
+  std::condition_variable cv;
+  bool ready = false;
+  thread_ = std::thread([this, &m, &cv, &ready] {
+    log::set_thread_rank(rank_);
+    {
+      std::lock_guard<std::mutex> g(m);
+      thread_id_ = std::this_thread::get_id();
+      ready = true;
+    }
+    cv.notify_one();
+    ev_run(loop_, 0);
+    drain_commands();  // commands posted during shutdown still run
+    run_ready();
+  });
+  std::unique_lock<std::mutex> g(m);
+  cv.wait(g, [&] { return ready; });
+}
+
+void EventLoop::stop() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_) {
+      if (thread_.joinable() && !on_loop_thread()) thread_.join();
+      return;
+    }
+    stopping_ = true;
+  }
+  if (started_) {
+    ev_async_send(loop_, &wake_);
+    if (thread_.joinable() && !on_loop_thread()) thread_.join();
+  }
+}
+
+bool EventLoop::post(Command fn) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_) return false;
+    commands_.push_back(std::move(fn));
+  }
+  ev_async_send(loop_, &wake_);
+  return true;
+}
+
+void EventLoop::run_sync(const Command &fn) {
+  if (on_loop_thread()) {
+    fn();
+    return;
+  }
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  bool posted = post([&] {
+    fn();
+    std::lock_guard<std::mutex> g(m);
+    done = true;
+    cv.notify_one();
+  });
+  if (!posted) return;
+  std::unique_lock<std::mutex> g(m);
+  cv.wait(g, [&] { return done; });
+}
+
+void EventLoop::drain_commands() {
+  for (;;) {
+    std::deque<Command> batch;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      batch.swap(commands_);
+    }
+    if (batch.empty()) return;
+    for (auto &c : batch)
+      c();
+  }
+}
+
+void EventLoop::run_ready() {
+  // Bounded per pass so a burst of resumptions cannot starve socket reads.
+  for (size_t n = ready_.size(); n > 0 && !ready_.empty(); --n) {
+    auto h = ready_.front();
+    ready_.pop_front();
+    h.resume();
+  }
+}
+
+void EventLoop::on_async(struct ev_loop *loop, ev_async *w, int) {
+  auto *self = static_cast<EventLoop *>(w->data);
+  self->drain_commands();
+  bool stop;
+  {
+    std::lock_guard<std::mutex> g(self->mu_);
+    stop = self->stopping_;
+  }
+  if (stop) ev_break(loop, EVBREAK_ALL);
+}
+
+void EventLoop::on_prepare(struct ev_loop *loop, ev_prepare *w, int) {
+  auto *self = static_cast<EventLoop *>(w->data);
+  // Resumed coroutines may queue writes and writes never resume coroutines,
+  // so: drain, flush, and repeat while anything new became ready.
+  for (int round = 0; round < 64; ++round) {
+    self->run_ready();
+    bool more = false;
+    for (auto &hook : self->hooks_)
+      more |= hook();
+    if (self->ready_.empty() && !more) break;
+  }
+  // Still work to do: an active idle watcher makes the poll return at once.
+  if (!self->ready_.empty()) ev_idle_start(loop, &self->idle_);
+}
+
+void EventLoop::on_idle(struct ev_loop *loop, ev_idle *w, int) {
+  ev_idle_stop(loop, w);
+}
+
+}  // namespace nexar

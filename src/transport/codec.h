@@ -1,0 +1,208 @@
+// Compact little-endian codec for nexar's control messages.
+//
+// Control messages travel on the control lane of a mesh connection. Everything a
+// peer sends is untrusted: the reader checks every field against the remaining
+// input and against explicit limits before it allocates, and a failed read leaves
+// the reader failed so that decoders can check once per field without cascading
+// out-of-bounds reads. Bulk payloads never go through this codec.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace nexar::wire {
+
+inline constexpr uint8_t kControlVersion = 1;
+inline constexpr uint32_t kMaxStringLen = 4096;
+inline constexpr std::size_t kMaxControlMessage = 64 * 1024;
+
+// Appends little-endian values to a caller-owned buffer, so a frame header and
+// its payload can be built in one allocation.
+class ByteWriter {
+ public:
+  explicit ByteWriter(std::vector<uint8_t> &out) : out_(out) {}
+
+  void u8(uint8_t v) { out_.push_back(v); }
+  void u16(uint16_t v) { put_le(v, 2); }
+  void u32(uint32_t v) { put_le(v, 4); }
+  void u64(uint64_t v) { put_le(v, 8); }
+  void i32(int32_t v) { u32(static_cast<uint32_t>(v)); }
+  // u32 length prefix, then the bytes. Throws std::length_error above 4 GiB.
+  void bytes(std::span<const uint8_t> b);
+  void str(std::string_view s);
+  // No prefix: the reader must know the length from elsewhere.
+  void raw(std::span<const uint8_t> b) { out_.insert(out_.end(), b.begin(), b.end()); }
+
+  std::size_t size() const { return out_.size(); }
+
+ private:
+  void put_le(uint64_t v, int n);
+  void length_prefix(std::size_t n);
+
+  std::vector<uint8_t> &out_;
+};
+
+// Reads little-endian values from a non-owning view. Every getter returns false on
+// truncated or invalid input, leaves its output untouched, and from then on the
+// reader stays failed (all getters return false).
+class ByteReader {
+ public:
+  enum class Error : uint8_t { kNone, kTruncated, kTooLong };
+
+  explicit ByteReader(std::span<const uint8_t> in) : in_(in) {}
+
+  bool u8(uint8_t &v);
+  bool u16(uint16_t &v);
+  bool u32(uint32_t &v);
+  bool u64(uint64_t &v);
+  bool i32(int32_t &v);
+  // Length-prefixed; a declared length above max_len (kTooLong) or above the
+  // remaining input (kTruncated) fails before anything is allocated.
+  bool bytes(std::size_t max_len, std::vector<uint8_t> &out);
+  bool str(std::size_t max_len, std::string &out);
+  // Unprefixed: a view of the next n bytes, valid as long as the input is.
+  bool raw(std::size_t n, std::span<const uint8_t> &out);
+
+  std::size_t remaining() const { return in_.size() - pos_; }
+  bool ok() const { return error_ == Error::kNone; }
+  bool at_end() const { return ok() && remaining() == 0; }
+  Error error() const { return error_; }
+
+ private:
+  bool get_le(uint64_t &v, std::size_t n);
+  bool fail(Error e);
+  // Reads a length prefix and checks it; on success the next len bytes exist.
+  bool length_prefix(std::size_t max_len, std::size_t &len);
+
+  std::span<const uint8_t> in_;
+  std::size_t pos_ = 0;
+  Error error_ = Error::kNone;
+};
+
+// Control messages. Each lists its fields once, in wire order, in fields(); the
+// codec derives encoding, decoding and error messages ("truncated Hello.node_name")
+// from that list. Strings are limited to kMaxStringLen bytes; longer ones are
+// truncated when encoding so that a failing node can still report why.
+// Type bytes are part of the wire format: never renumber, only add.
+
+// First message on a mesh connection, in both directions.
+struct Hello {
+  static constexpr uint8_t kType = 0x01;
+  static constexpr std::string_view kName = "Hello";
+  uint16_t protocol_version = 0;
+  uint64_t cluster_id = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  std::string node_name;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("protocol_version", m.protocol_version);
+    f("cluster_id", m.cluster_id);
+    f("rank", m.rank);
+    f("world_size", m.world_size);
+    f("node_name", m.node_name);
+  }
+  bool operator==(const Hello &) const = default;
+};
+
+struct HelloAck {
+  static constexpr uint8_t kType = 0x02;
+  static constexpr std::string_view kName = "HelloAck";
+  uint32_t rank = 0;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("rank", m.rank);
+  }
+  bool operator==(const HelloAck &) const = default;
+};
+
+struct Heartbeat {
+  static constexpr uint8_t kType = 0x03;
+  static constexpr std::string_view kName = "Heartbeat";
+  uint64_t seq = 0;
+  uint64_t timestamp_ns = 0;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("seq", m.seq);
+    f("timestamp_ns", m.timestamp_ns);
+  }
+  bool operator==(const Heartbeat &) const = default;
+};
+
+// A rank aborts communicator comm_id; status is a nexar_status_t.
+struct Abort {
+  static constexpr uint8_t kType = 0x04;
+  static constexpr std::string_view kName = "Abort";
+  uint64_t comm_id = 0;
+  uint32_t rank = 0;
+  int32_t status = 0;
+  std::string reason;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("comm_id", m.comm_id);
+    f("rank", m.rank);
+    f("status", m.status);
+    f("reason", m.reason);
+  }
+  bool operator==(const Abort &) const = default;
+};
+
+// Orderly shutdown: the peer is leaving, not failing.
+struct Goodbye {
+  static constexpr uint8_t kType = 0x05;
+  static constexpr std::string_view kName = "Goodbye";
+  uint32_t rank = 0;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("rank", m.rank);
+  }
+  bool operator==(const Goodbye &) const = default;
+};
+
+// Ranks issued different collectives at the same op_seq (NEXAR_ERR_MISMATCH).
+struct CollectiveMismatch {
+  static constexpr uint8_t kType = 0x06;
+  static constexpr std::string_view kName = "CollectiveMismatch";
+  uint64_t comm_id = 0;
+  uint64_t op_seq = 0;
+  std::string detail;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("comm_id", m.comm_id);
+    f("op_seq", m.op_seq);
+    f("detail", m.detail);
+  }
+  bool operator==(const CollectiveMismatch &) const = default;
+};
+
+using ControlMessage = std::variant<Hello, HelloAck, Heartbeat, Abort, Goodbye, CollectiveMismatch>;
+
+// Exactly one of message / error is set.
+struct DecodeResult {
+  std::optional<ControlMessage> message;
+  std::string error;  // what was wrong, e.g. "truncated Hello.node_name"
+
+  explicit operator bool() const { return message.has_value(); }
+};
+
+// [version u8][type u8][fields...]
+std::vector<uint8_t> encode_control(const ControlMessage &msg);
+// Rejects input above kMaxControlMessage, a different version, an unknown type,
+// any truncated or over-limit field and trailing bytes.
+DecodeResult decode_control(std::span<const uint8_t> in);
+
+std::string_view control_name(const ControlMessage &msg);
+
+}  // namespace nexar::wire

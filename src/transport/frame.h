@@ -1,0 +1,45 @@
+// Message framing inside nexar's long-lived QUIC streams.
+//
+// Each stream a node opens starts with one lane byte, then carries messages
+// back to back: a fixed 32-byte little-endian header, then `length` payload
+// bytes. Payloads are raw user bytes (p2p, collectives) or one encoded control
+// message (codec.h). Streams are never closed, so ngtcp2 0.12.1's leak of
+// remote-opened uni streams (notes/quic-ngtcp2.md, pitfall 1) cannot happen.
+//
+//   0      version (1)        8  comm_id  (u64)
+//   1      kind               16 tag      (u64)
+//   2..3   flags  (0)         24 length   (u64)
+//   4..7   reserved (0)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace nexar::wire {
+
+enum class Lane : uint8_t { Control = 0xC0, Data = 0xD0 };
+enum class FrameKind : uint8_t { Control = 1, P2P = 2, Collective = 3 };
+
+constexpr uint8_t kFrameVersion = 1;
+constexpr size_t kFrameHeaderSize = 32;
+constexpr uint64_t kMaxMessageBytes = 4ull << 30;  // 4 GiB
+constexpr uint64_t kMaxControlBytes = 64 << 10;
+
+struct FrameHeader {
+  FrameKind kind = FrameKind::Control;
+  uint64_t comm_id = 0;
+  uint64_t tag = 0;
+  uint64_t length = 0;
+};
+
+void encode_frame_header(const FrameHeader &h, uint8_t out[kFrameHeaderSize]);
+// Checks version, kind, reserved bytes and the length against the kind's limit.
+Status decode_frame_header(const uint8_t in[kFrameHeaderSize], FrameHeader *out);
+
+inline bool valid_lane(uint8_t b) {
+  return b == static_cast<uint8_t>(Lane::Control) || b == static_cast<uint8_t>(Lane::Data);
+}
+
+}  // namespace nexar::wire

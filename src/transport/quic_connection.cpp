@@ -1,0 +1,715 @@
+#include "transport/quic_connection.h"
+
+#include <gnutls/crypto.h>
+#include <ngtcp2/ngtcp2_crypto_gnutls.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "transport/quic_endpoint.h"
+
+namespace nexar {
+namespace {
+
+constexpr size_t kScidLen = 16;
+// Windows of tens of MB (bandwidth x RTT with a wide margin), as measured.
+constexpr uint64_t kStreamWindow = 32ull << 20;
+constexpr uint64_t kConnWindow = 96ull << 20;
+constexpr uint64_t kMaxStreamsUni = 16;
+constexpr size_t kMaxBurstPackets = 64;
+const uint8_t kZeros[64 * 1024] = {};  // the unwritten rest of a cancelled send
+
+void ngtcp2_log(void *, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  LOG_TRACE("ngtcp2: %s", buf);
+}
+
+Status from_ngtcp2(const char *what, int rc) {
+  return error(NEXAR_ERR_PROTOCOL, format("%s: %s", what, ngtcp2_strerror(rc)));
+}
+
+}  // namespace
+
+QuicConnection::QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, bool is_client,
+                               uint32_t expected_peer_rank)
+    : ep_(ep), handler_(handler), is_client_(is_client), expected_peer_rank_(expected_peer_rank) {
+  conn_ref_.get_conn = &QuicConnection::get_conn;
+  conn_ref_.user_data = this;
+  ev_init(&timer_, &QuicConnection::on_timer);
+  timer_.data = this;
+  control_.lane_byte = static_cast<uint8_t>(wire::Lane::Control);
+  for (auto &d : data_)
+    d.lane_byte = static_cast<uint8_t>(wire::Lane::Data);
+}
+
+QuicConnection::~QuicConnection() {
+  ev_timer_stop(ep_->loop()->raw(), &timer_);
+  for (auto &cid : scids_)
+    ep_->unroute(cid);
+  finish_items(control_, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
+  for (auto &d : data_)
+    finish_items(d, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
+  for (auto &[id, rs] : recv_)
+    if (rs.sink) rs.sink->finish(false);
+  if (conn_) ngtcp2_conn_del(conn_);
+  if (session_) gnutls_deinit(session_);
+}
+
+ngtcp2_conn *QuicConnection::get_conn(ngtcp2_crypto_conn_ref *ref) {
+  return static_cast<QuicConnection *>(ref->user_data)->conn_;
+}
+
+void QuicConnection::fill_callbacks(ngtcp2_callbacks *cb) {
+  memset(cb, 0, sizeof *cb);
+  cb->client_initial = ngtcp2_crypto_client_initial_cb;
+  cb->recv_client_initial = ngtcp2_crypto_recv_client_initial_cb;
+  cb->recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
+  cb->encrypt = ngtcp2_crypto_encrypt_cb;
+  cb->decrypt = ngtcp2_crypto_decrypt_cb;
+  cb->hp_mask = ngtcp2_crypto_hp_mask_cb;
+  cb->recv_retry = ngtcp2_crypto_recv_retry_cb;
+  cb->update_key = ngtcp2_crypto_update_key_cb;
+  cb->delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
+  cb->delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
+  cb->get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
+  cb->version_negotiation = ngtcp2_crypto_version_negotiation_cb;
+  cb->handshake_completed = cb_handshake_completed;
+  cb->recv_stream_data = cb_recv_stream_data;
+  cb->acked_stream_data_offset = cb_acked_stream_data_offset;
+  cb->extend_max_stream_data = cb_extend_max_stream_data;
+  cb->extend_max_local_streams_uni = cb_extend_max_local_streams_uni;
+  cb->get_new_connection_id = cb_get_new_connection_id;
+  cb->remove_connection_id = cb_remove_connection_id;
+  cb->rand = cb_rand;
+  cb->stream_reset = cb_stream_reset;
+  if (!is_client_) {
+    cb->client_initial = nullptr;
+    cb->recv_retry = nullptr;
+  } else {
+    cb->recv_client_initial = nullptr;
+  }
+}
+
+void QuicConnection::fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *p, uint64_t ts) {
+  ngtcp2_settings_default(s);
+  s->initial_ts = ts;
+  s->initial_rtt = NGTCP2_MILLISECONDS;  // a cluster, not the internet (pitfall 2)
+  s->cc_algo = NGTCP2_CC_ALGO_CUBIC;
+  s->max_tx_udp_payload_size = ep_->max_udp_payload(remote_);
+  s->no_tx_udp_payload_size_shaping = 1;
+  s->max_window = kConnWindow;
+  s->max_stream_window = kStreamWindow;
+  s->handshake_timeout = ep_->connect_timeout_ns();
+  if (log::enabled(NEXAR_LOG_TRACE)) s->log_printf = ngtcp2_log;
+  ngtcp2_transport_params_default(p);
+  // ngtcp2 defaults every limit to zero (pitfall 3): set each one.
+  p->initial_max_data = kConnWindow;
+  p->initial_max_stream_data_bidi_local = 0;
+  p->initial_max_stream_data_bidi_remote = 0;
+  p->initial_max_stream_data_uni = kStreamWindow;
+  p->initial_max_streams_bidi = 0;
+  p->initial_max_streams_uni = kMaxStreamsUni;
+  p->max_idle_timeout = ep_->idle_timeout_ns();
+  p->max_ack_delay = NGTCP2_MILLISECONDS;
+  p->active_connection_id_limit = 4;
+  p->max_udp_payload_size = 65527;
+  p->disable_active_migration = 1;
+}
+
+Status QuicConnection::setup_tls() {
+  int rc = gnutls_init(&session_, is_client_ ? GNUTLS_CLIENT
+                                             : GNUTLS_SERVER | GNUTLS_NO_AUTO_SEND_TICKET |
+                                                   GNUTLS_NO_END_OF_EARLY_DATA);
+  if (rc < 0) return error(NEXAR_ERR_TLS, format("gnutls_init: %s", gnutls_strerror(rc)));
+  rc = is_client_ ? ngtcp2_crypto_gnutls_configure_client_session(session_)
+                  : ngtcp2_crypto_gnutls_configure_server_session(session_);
+  if (rc != 0) return error(NEXAR_ERR_TLS, "ngtcp2_crypto_gnutls_configure_session failed");
+  if ((rc = gnutls_priority_set_direct(session_, kTlsPriority, nullptr)) < 0)
+    return error(NEXAR_ERR_TLS, format("gnutls_priority_set_direct: %s", gnutls_strerror(rc)));
+  if ((rc = gnutls_credentials_set(session_, GNUTLS_CRD_CERTIFICATE, ep_->credentials()->get())) <
+      0)
+    return error(NEXAR_ERR_TLS, format("gnutls_credentials_set: %s", gnutls_strerror(rc)));
+  // Mutual TLS: both sides present a CA-signed certificate and verify the
+  // other's chain; names are checked by peer_identity() after the handshake.
+  if (!is_client_) gnutls_certificate_server_set_request(session_, GNUTLS_CERT_REQUIRE);
+  gnutls_session_set_verify_cert(session_, nullptr, 0);
+  static const gnutls_datum_t alpn = {(unsigned char *)"nexar/1", 7};
+  if ((rc = gnutls_alpn_set_protocols(session_, &alpn, 1, GNUTLS_ALPN_MANDATORY)) < 0)
+    return error(NEXAR_ERR_TLS, format("gnutls_alpn_set_protocols: %s", gnutls_strerror(rc)));
+  if (is_client_) gnutls_server_name_set(session_, GNUTLS_NAME_DNS, "nexar", 5);
+  gnutls_session_set_ptr(session_, &conn_ref_);  // ngtcp2_crypto expects the conn_ref (pitfall 6)
+  ngtcp2_conn_set_tls_native_handle(conn_, session_);
+  return {};
+}
+
+Status QuicConnection::init_client(const SocketAddress &remote) {
+  remote_ = remote;
+  ngtcp2_cid dcid, scid;
+  dcid.datalen = kScidLen;
+  scid.datalen = kScidLen;
+  gnutls_rnd(GNUTLS_RND_NONCE, dcid.data, kScidLen);
+  gnutls_rnd(GNUTLS_RND_NONCE, scid.data, kScidLen);
+  path_.local = {const_cast<sockaddr *>(ep_->local().sa()), ep_->local().len};
+  path_.remote = {const_cast<sockaddr *>(remote_.sa()), remote_.len};
+  path_.user_data = nullptr;
+  ngtcp2_callbacks cb;
+  fill_callbacks(&cb);
+  ngtcp2_settings s;
+  ngtcp2_transport_params p;
+  fill_settings(&s, &p, now_ns());
+  int rc = ngtcp2_conn_client_new(&conn_, &dcid, &scid, &path_, NGTCP2_PROTO_VER_V1, &cb, &s, &p,
+                                  nullptr, this);
+  if (rc != 0) return from_ngtcp2("ngtcp2_conn_client_new", rc);
+  // Keep-alive PINGs every heartbeat interval: a quiet but healthy peer is
+  // never mistaken for a dead one, and a dead one is found by the idle timeout.
+  ngtcp2_conn_set_keep_alive_timeout(conn_, ep_->keep_alive_ns());
+  scids_.push_back(scid);
+  ep_->route(scid, this);
+  Status st = setup_tls();
+  if (!st) return st;
+  ep_->mark_dirty(this);
+  return {};
+}
+
+Status QuicConnection::init_server(const SocketAddress &remote, const ngtcp2_pkt_hd &hd) {
+  remote_ = remote;
+  ngtcp2_cid scid;
+  scid.datalen = kScidLen;
+  gnutls_rnd(GNUTLS_RND_NONCE, scid.data, kScidLen);
+  path_.local = {const_cast<sockaddr *>(ep_->local().sa()), ep_->local().len};
+  path_.remote = {const_cast<sockaddr *>(remote_.sa()), remote_.len};
+  path_.user_data = nullptr;
+  ngtcp2_callbacks cb;
+  fill_callbacks(&cb);
+  ngtcp2_settings s;
+  ngtcp2_transport_params p;
+  fill_settings(&s, &p, now_ns());
+  p.original_dcid = hd.dcid;  // mandatory for a server
+  p.stateless_reset_token_present = 1;
+  ngtcp2_crypto_generate_stateless_reset_token(p.stateless_reset_token, ep_->secret(),
+                                               QuicEndpoint::kSecretLen, &scid);
+  int rc = ngtcp2_conn_server_new(&conn_, &hd.scid, &scid, &path_, hd.version, &cb, &s, &p, nullptr,
+                                  this);
+  if (rc != 0) return from_ngtcp2("ngtcp2_conn_server_new", rc);
+  ngtcp2_conn_set_keep_alive_timeout(conn_, ep_->keep_alive_ns());
+  // Retransmitted client Initials still carry the original DCID: route both.
+  scids_.push_back(scid);
+  scids_.push_back(hd.dcid);
+  ep_->route(scid, this);
+  ep_->route(hd.dcid, this);
+  return setup_tls();
+}
+
+// ---- callbacks ----------------------------------------------------------------
+
+int QuicConnection::cb_handshake_completed(ngtcp2_conn *, void *ud) {
+  auto *self = static_cast<QuicConnection *>(ud);
+  NodeIdentity peer;
+  Status s = peer_identity(self->session_, &peer);
+  if (s && peer.cluster_id != self->ep_->cluster_id())
+    s = error(NEXAR_ERR_AUTH, format("peer certificate belongs to another cluster (%016llx)",
+                                     static_cast<unsigned long long>(peer.cluster_id)));
+  if (s && self->is_client_ && peer.rank != self->expected_peer_rank_)
+    s = error(NEXAR_ERR_AUTH,
+              format("peer at %s presented a certificate for rank %u, expected %u",
+                     self->remote_.to_string().c_str(), peer.rank, self->expected_peer_rank_));
+  if (!s) {
+    LOG_WARN("refusing connection from %s: %s", self->remote_.to_string().c_str(),
+             s.message.c_str());
+    self->fail(s);
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
+  if (!self->is_client_) self->expected_peer_rank_ = peer.rank;
+  self->identity_checked_ = true;
+  self->open_streams();
+  self->handler_->on_handshake_done(self, peer);
+  return 0;
+}
+
+int QuicConnection::cb_recv_stream_data(ngtcp2_conn *conn, uint32_t flags, int64_t sid, uint64_t,
+                                        const uint8_t *data, size_t len, void *ud, void *) {
+  auto *self = static_cast<QuicConnection *>(ud);
+  if (self->closed_) return 0;
+  size_t credit = self->on_stream_data(sid, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
+  if (self->closed_) return NGTCP2_ERR_CALLBACK_FAILURE;
+  if (credit > 0) {
+    ngtcp2_conn_extend_max_stream_offset(conn, sid, credit);
+    ngtcp2_conn_extend_max_offset(conn, credit);
+  }
+  return 0;
+}
+
+int QuicConnection::cb_acked_stream_data_offset(ngtcp2_conn *, int64_t sid, uint64_t off,
+                                                uint64_t len, void *ud, void *) {
+  static_cast<QuicConnection *>(ud)->on_acked(sid, off, len);
+  return 0;
+}
+
+int QuicConnection::cb_extend_max_stream_data(ngtcp2_conn *, int64_t sid, uint64_t, void *ud,
+                                              void *) {
+  auto *self = static_cast<QuicConnection *>(ud);
+  if (self->control_.id == sid) self->control_.blocked = false;
+  for (auto &d : self->data_)
+    if (d.id == sid) d.blocked = false;
+  self->ep_->mark_dirty(self);
+  return 0;
+}
+
+int QuicConnection::cb_extend_max_local_streams_uni(ngtcp2_conn *, uint64_t, void *ud) {
+  auto *self = static_cast<QuicConnection *>(ud);
+  if (self->identity_checked_ && !self->streams_open_) self->open_streams();
+  return 0;
+}
+
+int QuicConnection::cb_get_new_connection_id(ngtcp2_conn *, ngtcp2_cid *cid, uint8_t *token,
+                                             size_t cidlen, void *ud) {
+  auto *self = static_cast<QuicConnection *>(ud);
+  cid->datalen = cidlen;
+  gnutls_rnd(GNUTLS_RND_NONCE, cid->data, cidlen);
+  if (ngtcp2_crypto_generate_stateless_reset_token(token, self->ep_->secret(),
+                                                   QuicEndpoint::kSecretLen, cid) != 0)
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  self->scids_.push_back(*cid);
+  self->ep_->route(*cid, self);
+  return 0;
+}
+
+int QuicConnection::cb_remove_connection_id(ngtcp2_conn *, const ngtcp2_cid *cid, void *ud) {
+  auto *self = static_cast<QuicConnection *>(ud);
+  self->ep_->unroute(*cid);
+  auto &v = self->scids_;
+  v.erase(std::remove_if(v.begin(), v.end(),
+                         [&](const ngtcp2_cid &c) { return ngtcp2_cid_eq(&c, cid); }),
+          v.end());
+  return 0;
+}
+
+void QuicConnection::cb_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *) {
+  gnutls_rnd(GNUTLS_RND_RANDOM, dest, len);
+}
+
+int QuicConnection::cb_stream_reset(ngtcp2_conn *, int64_t sid, uint64_t, uint64_t, void *ud,
+                                    void *) {
+  // nexar never resets its long-lived streams: a peer that does is broken.
+  auto *self = static_cast<QuicConnection *>(ud);
+  self->fail(error(
+      NEXAR_ERR_PROTOCOL,
+      format("rank %u reset stream %lld", self->expected_peer_rank_, static_cast<long long>(sid))));
+  return NGTCP2_ERR_CALLBACK_FAILURE;
+}
+
+// ---- streams -----------------------------------------------------------------
+
+void QuicConnection::open_streams() {
+  auto open = [&](SendStream &st) {
+    if (st.id >= 0) return true;
+    int64_t id;
+    if (ngtcp2_conn_open_uni_stream(conn_, &id, nullptr) != 0) return false;
+    st.id = id;
+    ++ep_->stats().streams_opened;
+    // The lane byte goes out first, ahead of anything already queued.
+    auto item = std::make_unique<SendItem>();
+    item->header[0] = st.lane_byte;
+    item->header_len = 1;
+    for (auto &queued : st.items)
+      queued->end_offset += 1;
+    st.offset += 1;
+    item->end_offset = 1;
+    st.items.push_front(std::move(item));
+    return true;
+  };
+  bool all = open(control_);
+  for (auto &d : data_)
+    all = all && open(d);
+  streams_open_ = all;
+  ep_->mark_dirty(this);
+}
+
+QuicConnection::SendItem *QuicConnection::enqueue(SendStream &st, std::unique_ptr<SendItem> item) {
+  st.offset += item->total();
+  item->end_offset = st.offset;
+  queued_bytes_ += item->total();
+  SendItem *raw = item.get();
+  st.items.push_back(std::move(item));
+  ep_->mark_dirty(this);
+  return raw;
+}
+
+QuicConnection::SendItem *QuicConnection::send(OutgoingMessage msg, bool control, uint64_t key) {
+  auto item = std::make_unique<SendItem>();
+  wire::encode_frame_header(msg.header, item->header);
+  item->owned = std::move(msg.owned);
+  item->payload = msg.payload;
+  item->payload_len = msg.header.length;
+  item->listener = msg.listener;
+  if (closed_) {
+    if (item->listener) item->listener->on_send_done(Status(NEXAR_ERR_CLOSED, "connection closed"));
+    return nullptr;
+  }
+  SendStream &st = control ? control_ : data_[key % kDataStreams];
+  if (!control) {
+    ++ep_->stats().messages_sent;
+    ep_->stats().bytes_sent += item->payload_len;
+  }
+  return enqueue(st, std::move(item));
+}
+
+bool QuicConnection::cancel(SendItem *item, SendListener *replacement) {
+  for (SendStream *st : {&control_, &data_[0], &data_[1], &data_[2], &data_[3]}) {
+    for (size_t i = 0; i < st->items.size(); ++i) {
+      if (st->items[i].get() != item) continue;
+      if (item->written == 0 && i >= st->next) {
+        // Never started: drop it and shift the later offsets back.
+        const uint64_t n = item->total();
+        for (size_t j = i + 1; j < st->items.size(); ++j)
+          st->items[j]->end_offset -= n;
+        st->offset -= n;
+        queued_bytes_ -= n;
+        st->items.erase(st->items.begin() + static_cast<long>(i));
+        return false;
+      }
+      item->zero_rest = true;
+      item->listener = replacement;
+      return true;
+    }
+  }
+  return false;
+}
+
+size_t QuicConnection::build_vecs(SendStream &st, ngtcp2_vec *vecs, size_t max) {
+  size_t n = 0;
+  for (size_t i = st.next; i < st.items.size() && n < max; ++i) {
+    SendItem &it = *st.items[i];
+    uint64_t pos = it.written;
+    if (pos < it.header_len) {
+      vecs[n++] = {it.header + pos, static_cast<size_t>(it.header_len - pos)};
+      pos = it.header_len;
+    }
+    while (pos < it.total() && n < max) {
+      const uint64_t off = pos - it.header_len;
+      const uint64_t left = it.payload_len - off;
+      if (it.zero_rest) {
+        size_t k = static_cast<size_t>(std::min<uint64_t>(left, sizeof kZeros));
+        vecs[n++] = {const_cast<uint8_t *>(kZeros), k};
+        pos += k;
+      } else {
+        // ngtcp2_vec lengths are size_t; one vec per item keeps the count low.
+        vecs[n++] = {const_cast<uint8_t *>(it.payload + off), static_cast<size_t>(left)};
+        pos = it.total();
+      }
+    }
+  }
+  return n;
+}
+
+void QuicConnection::advance(SendStream &st, size_t n) {
+  while (n > 0 && st.next < st.items.size()) {
+    SendItem &it = *st.items[st.next];
+    const uint64_t left = it.total() - it.written;
+    const uint64_t take = std::min<uint64_t>(left, n);
+    it.written += take;
+    n -= static_cast<size_t>(take);
+    queued_bytes_ -= take;
+    if (it.written == it.total()) ++st.next;
+  }
+}
+
+void QuicConnection::on_acked(int64_t sid, uint64_t offset, uint64_t len) {
+  SendStream *st = nullptr;
+  if (control_.id == sid) st = &control_;
+  for (auto &d : data_)
+    if (d.id == sid) st = &d;
+  if (!st) return;
+  const uint64_t acked = offset + len;
+  while (!st->items.empty() && st->items.front()->end_offset <= acked &&
+         st->items.front()->written == st->items.front()->total()) {
+    std::unique_ptr<SendItem> it = std::move(st->items.front());
+    st->items.pop_front();
+    if (st->next > 0) --st->next;
+    if (it->listener) it->listener->on_send_done(Status());
+  }
+}
+
+void QuicConnection::finish_items(SendStream &st, const Status &s) {
+  auto items = std::move(st.items);
+  st.items.clear();
+  st.next = 0;
+  for (auto &it : items)
+    if (it->listener) it->listener->on_send_done(s);
+}
+
+QuicConnection::SendStream *QuicConnection::pick_stream() {
+  // Control first (barriers and heartbeats never wait behind bulk data), then
+  // the data streams round robin.
+  if (control_.id >= 0 && !control_.blocked && control_.next < control_.items.size())
+    return &control_;
+  for (size_t k = 0; k < kDataStreams; ++k) {
+    SendStream &d = data_[(rr_ + k) % kDataStreams];
+    if (d.id >= 0 && !d.blocked && d.next < d.items.size()) {
+      rr_ = (rr_ + k + 1) % kDataStreams;
+      return &d;
+    }
+  }
+  return nullptr;
+}
+
+size_t QuicConnection::on_stream_data(int64_t sid, const uint8_t *data, size_t len, bool) {
+  auto found = recv_.find(sid);
+  if (found == recv_.end()) {
+    found = recv_.emplace(sid, RecvStream{}).first;
+    ++ep_->stats().streams_accepted;
+  }
+  RecvStream &rs = found->second;
+  size_t credit = 0;
+  while (len > 0) {
+    if (!rs.have_lane) {
+      if (!wire::valid_lane(data[0])) {
+        fail(error(NEXAR_ERR_PROTOCOL, format("rank %u opened a stream with unknown lane 0x%02x",
+                                              expected_peer_rank_, data[0])));
+        return credit;
+      }
+      rs.have_lane = true;
+      rs.lane = data[0];
+      ++data;
+      --len;
+      ++credit;
+      continue;
+    }
+    if (!rs.in_payload) {
+      size_t k = std::min(len, wire::kFrameHeaderSize - rs.header_fill);
+      memcpy(rs.header + rs.header_fill, data, k);
+      rs.header_fill += k;
+      data += k;
+      len -= k;
+      credit += k;
+      if (rs.header_fill < wire::kFrameHeaderSize) break;
+      rs.header_fill = 0;
+      Status s = wire::decode_frame_header(rs.header, &rs.frame);
+      const bool control_lane = rs.lane == static_cast<uint8_t>(wire::Lane::Control);
+      if (s && control_lane != (rs.frame.kind == wire::FrameKind::Control))
+        s = error(NEXAR_ERR_PROTOCOL, "frame kind does not belong on its lane");
+      if (!s) {
+        fail(error(s.code, format("malformed frame from rank %u: %s", expected_peer_rank_,
+                                  s.message.c_str())));
+        return credit;
+      }
+      rs.in_payload = true;
+      rs.remaining = rs.frame.length;
+      rs.sink = nullptr;
+      if (rs.frame.kind == wire::FrameKind::Control) {
+        rs.control.clear();
+        rs.control.reserve(rs.remaining);
+      } else {
+        rs.sink = handler_->on_message(this, sid, rs.frame);
+        if (closed_) return credit;
+      }
+    }
+    size_t k = static_cast<size_t>(std::min<uint64_t>(len, rs.remaining));
+    if (rs.frame.kind == wire::FrameKind::Control) {
+      rs.control.insert(rs.control.end(), data, data + k);
+      credit += k;
+    } else if (k > 0) {
+      credit += rs.sink->write(data, k);
+    }
+    data += k;
+    len -= k;
+    rs.remaining -= k;
+    if (rs.remaining == 0) {
+      rs.in_payload = false;
+      if (rs.frame.kind == wire::FrameKind::Control) {
+        handler_->on_control(this, rs.control);
+      } else {
+        ++ep_->stats().messages_received;
+        ep_->stats().bytes_received += rs.frame.length;
+        MessageSink *sink = std::exchange(rs.sink, nullptr);
+        sink->finish(true);
+      }
+      if (closed_) return credit;
+    }
+  }
+  return credit;
+}
+
+void QuicConnection::release_credit(int64_t sid, size_t bytes) {
+  if (closed_ || bytes == 0) return;
+  ngtcp2_conn_extend_max_stream_offset(conn_, sid, bytes);
+  ngtcp2_conn_extend_max_offset(conn_, bytes);
+  ep_->mark_dirty(this);
+}
+
+// ---- I/O -------------------------------------------------------------------------
+
+bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data, size_t len,
+                                 uint64_t ts) {
+  if (closed_) return false;
+  ngtcp2_path path = path_;
+  path.remote = {const_cast<sockaddr *>(from.sa()), from.len};
+  ngtcp2_pkt_info pi{};
+  int rc = ngtcp2_conn_read_pkt(conn_, &path, &pi, data, len, ts);
+  if (rc == 0) {
+    ep_->mark_dirty(this);
+    arm_timer();
+    return true;
+  }
+  switch (rc) {
+    case NGTCP2_ERR_DRAINING:
+      fail(error(NEXAR_ERR_PEER_FAILED,
+                 format("rank %u closed the connection", expected_peer_rank_),
+                 static_cast<int32_t>(expected_peer_rank_)));
+      return false;
+    case NGTCP2_ERR_DISCARD_PKT:
+      return true;
+    case NGTCP2_ERR_CRYPTO: {
+      Status s = closed_ ? Status()
+                         : error(NEXAR_ERR_TLS, format("TLS handshake with %s failed (alert %u)",
+                                                       from.to_string().c_str(),
+                                                       ngtcp2_conn_get_tls_alert(conn_)));
+      if (!closed_) fail(s);
+      return false;
+    }
+    default:
+      if (!closed_)
+        fail(error(NEXAR_ERR_PROTOCOL, format("QUIC error from %s: %s", from.to_string().c_str(),
+                                              ngtcp2_strerror(rc))));
+      return false;
+  }
+}
+
+bool QuicConnection::write() {
+  if (closed_ || !conn_) return false;
+  if (ngtcp2_conn_is_in_closing_period(conn_) || ngtcp2_conn_is_in_draining_period(conn_))
+    return false;
+  const uint64_t ts = now_ns();
+  const size_t max_pkt = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_);
+  size_t burst = ngtcp2_conn_get_send_quantum(conn_) / max_pkt;
+  burst = std::clamp<size_t>(burst, 1, kMaxBurstPackets);
+  uint8_t *buf = ep_->tx_buffer();
+  size_t sizes[kMaxBurstPackets];
+  size_t npkts = 0, off = 0;
+  bool hit_limit = false;
+  ngtcp2_vec vecs[16];
+  ngtcp2_pkt_info pi{};
+  for (;;) {
+    SendStream *st = pick_stream();
+    size_t nvec = st ? build_vecs(*st, vecs, 16) : 0;
+    ngtcp2_ssize ndatalen = -1;
+    ngtcp2_ssize nwrite = ngtcp2_conn_writev_stream(
+        conn_, nullptr, &pi, buf + off, max_pkt, &ndatalen, NGTCP2_WRITE_STREAM_FLAG_MORE,
+        st ? st->id : -1, nvec ? vecs : nullptr, nvec, ts);
+    if (nwrite < 0) {
+      if (nwrite == NGTCP2_ERR_WRITE_MORE) {
+        if (st && ndatalen >= 0) advance(*st, static_cast<size_t>(ndatalen));
+        continue;
+      }
+      if (nwrite == NGTCP2_ERR_STREAM_DATA_BLOCKED) {
+        if (st) st->blocked = true;
+        continue;
+      }
+      if (nwrite == NGTCP2_ERR_STREAM_SHUT_WR || nwrite == NGTCP2_ERR_STREAM_NOT_FOUND) {
+        fail(error(NEXAR_ERR_PROTOCOL, "a lane stream was shut down"));
+        return false;
+      }
+      fail(from_ngtcp2("ngtcp2_conn_writev_stream", static_cast<int>(nwrite)));
+      return false;
+    }
+    if (st && ndatalen >= 0) advance(*st, static_cast<size_t>(ndatalen));
+    if (nwrite == 0) break;
+    sizes[npkts++] = static_cast<size_t>(nwrite);
+    off += static_cast<size_t>(nwrite);
+    if (npkts == burst) {
+      hit_limit = true;
+      break;
+    }
+  }
+  if (npkts > 0) {
+    ep_->transmit(remote_, buf, sizes, npkts);
+    ngtcp2_conn_update_pkt_tx_time(conn_, ts);
+  }
+  arm_timer();
+  return hit_limit;
+}
+
+void QuicConnection::arm_timer() {
+  if (closed_ || !conn_) return;
+  const uint64_t expiry = ngtcp2_conn_get_expiry(conn_);
+  if (expiry == UINT64_MAX) {
+    ev_timer_stop(ep_->loop()->raw(), &timer_);
+    return;
+  }
+  const uint64_t now = now_ns();
+  const double after = expiry > now ? static_cast<double>(expiry - now) / 1e9 : 0.0;
+  timer_.repeat = after > 0 ? after : 1e-6;
+  ev_timer_again(ep_->loop()->raw(), &timer_);
+}
+
+void QuicConnection::on_timer(struct ev_loop *, ev_timer *w, int) {
+  static_cast<QuicConnection *>(w->data)->on_expiry();
+}
+
+void QuicConnection::on_expiry() {
+  if (closed_) return;
+  int rc = ngtcp2_conn_handle_expiry(conn_, now_ns());
+  if (rc == 0) {
+    ep_->mark_dirty(this);
+    arm_timer();
+    return;
+  }
+  if (rc == NGTCP2_ERR_IDLE_CLOSE) {
+    fail(error(NEXAR_ERR_PEER_FAILED,
+               format("no packets from rank %u for %.1f s (idle timeout)", expected_peer_rank_,
+                      static_cast<double>(ep_->idle_timeout_ns()) / 1e9),
+               static_cast<int32_t>(expected_peer_rank_)));
+  } else if (rc == NGTCP2_ERR_HANDSHAKE_TIMEOUT) {
+    fail(error(NEXAR_ERR_TIMEOUT,
+               format("QUIC handshake with %s did not finish in time", remote_.to_string().c_str()),
+               static_cast<int32_t>(expected_peer_rank_)));
+  } else {
+    fail(from_ngtcp2("ngtcp2_conn_handle_expiry", rc));
+  }
+}
+
+void QuicConnection::fail(const Status &why) {
+  if (closed_) return;
+  close(1, why);
+}
+
+void QuicConnection::close(uint64_t app_error, const Status &why) {
+  if (closed_) return;
+  closed_ = true;
+  ev_timer_stop(ep_->loop()->raw(), &timer_);
+  if (conn_ && !ngtcp2_conn_is_in_closing_period(conn_) &&
+      !ngtcp2_conn_is_in_draining_period(conn_)) {
+    ngtcp2_connection_close_error ccerr;
+    ngtcp2_connection_close_error_default(&ccerr);
+    if (why.code == NEXAR_ERR_TLS || why.code == NEXAR_ERR_AUTH)
+      ngtcp2_connection_close_error_set_transport_error_tls_alert(
+          &ccerr, ngtcp2_conn_get_tls_alert(conn_), nullptr, 0);
+    else
+      ngtcp2_connection_close_error_set_application_error(&ccerr, app_error, nullptr, 0);
+    ngtcp2_pkt_info pi{};
+    uint8_t *buf = ep_->tx_buffer();
+    ngtcp2_ssize n = ngtcp2_conn_write_connection_close(
+        conn_, nullptr, &pi, buf, ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_), &ccerr,
+        now_ns());
+    if (n > 0) {
+      size_t sz = static_cast<size_t>(n);
+      ep_->transmit(remote_, buf, &sz, 1);
+    }
+  }
+  finish_items(control_, why);
+  for (auto &d : data_)
+    finish_items(d, why);
+  for (auto &[id, rs] : recv_)
+    if (rs.sink) std::exchange(rs.sink, nullptr)->finish(false);
+  handler_->on_closed(this, why);
+}
+
+}  // namespace nexar

@@ -1,0 +1,204 @@
+// QuicConnection: one ngtcp2 connection to one peer, with nexar's long-lived
+// lane streams on top.
+//
+// Send side: messages are queued per stream (one control stream, several data
+// streams); the payload is referenced, not copied, until the peer acknowledges
+// it (ngtcp2 retransmits from the same memory), unless the caller handed over
+// an owned copy. Receive side: every remote stream is parsed into frames; a
+// frame's payload goes to a MessageSink chosen by the ConnectionHandler. QUIC
+// receive credit is returned as the sink consumes bytes, so a consumer that
+// falls behind slows the sender instead of growing memory.
+#pragma once
+
+#include <ev.h>
+#include <gnutls/gnutls.h>
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/buffer_pool.h"
+#include "core/status.h"
+#include "transport/frame.h"
+#include "transport/socket_address.h"
+#include "transport/tls_credentials.h"
+
+namespace nexar {
+
+class QuicEndpoint;
+class QuicConnection;
+
+// Receives the payload of one incoming message.
+class MessageSink {
+ public:
+  virtual ~MessageSink() = default;
+  // Takes the next len bytes. Returns how many of them can be credited back
+  // to the peer now; the rest is credited later through release_credit().
+  virtual size_t write(const uint8_t *data, size_t len) = 0;
+  // Every payload byte has arrived (or the stream died: ok == false).
+  virtual void finish(bool ok) = 0;
+};
+
+// Told when a queued message has been acknowledged, or can never be.
+class SendListener {
+ public:
+  virtual ~SendListener() = default;
+  virtual void on_send_done(const Status &s) = 0;
+};
+
+// Events from a connection to its owner (the engine).
+class ConnectionHandler {
+ public:
+  virtual ~ConnectionHandler() = default;
+  virtual void on_handshake_done(QuicConnection *c, const NodeIdentity &peer) = 0;
+  virtual void on_control(QuicConnection *c, std::span<const uint8_t> message) = 0;
+  // Chooses where the payload of a P2P or collective frame goes.
+  virtual MessageSink *on_message(QuicConnection *c, int64_t stream_id,
+                                  const wire::FrameHeader &h) = 0;
+  virtual void on_closed(QuicConnection *c, const Status &why) = 0;
+};
+
+struct OutgoingMessage {
+  wire::FrameHeader header;
+  const uint8_t *payload = nullptr;  // referenced until acknowledged, unless owned
+  PooledBuf owned;                   // when set, payload points into it
+  SendListener *listener = nullptr;  // may be null (fire and forget)
+};
+
+class QuicConnection {
+ public:
+  static constexpr size_t kDataStreams = 4;
+
+  QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, bool is_client,
+                 uint32_t expected_peer_rank);
+  ~QuicConnection();
+  QuicConnection(const QuicConnection &) = delete;
+  QuicConnection &operator=(const QuicConnection &) = delete;
+
+  Status init_client(const SocketAddress &remote);
+  Status init_server(const SocketAddress &remote, const ngtcp2_pkt_hd &hd);
+
+  // Feeds one QUIC datagram. Returns false once the connection is dead.
+  bool read_packet(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);
+  // Writes as many packets as congestion and flow control allow. Returns true
+  // if it stopped at its burst limit with more to send.
+  bool write();
+  void on_expiry();
+
+  // Queues a message on the control stream or on the data stream for `key`
+  // (messages with the same key stay in order). The returned handle lets the
+  // caller cancel it: see cancel().
+  struct SendItem;
+  SendItem *send(OutgoingMessage msg, bool control, uint64_t key);
+  // The message will not be waited for: if nothing of it was written yet it
+  // is dropped (returns false); otherwise its unwritten rest is sent as zeros
+  // (the stream's framing must stay intact) and `replacement` is told when
+  // ngtcp2 no longer reads the caller's memory (returns true).
+  bool cancel(SendItem *item, SendListener *replacement);
+  // Credit for bytes a sink kept and has now consumed.
+  void release_credit(int64_t stream_id, size_t bytes);
+
+  // Sends CONNECTION_CLOSE (once) and fails everything queued.
+  void close(uint64_t app_error, const Status &why);
+  bool closed() const { return closed_; }
+  bool ready() const { return streams_open_; }
+
+  uint32_t expected_peer_rank() const { return expected_peer_rank_; }
+  const SocketAddress &remote() const { return remote_; }
+  uint64_t queued_bytes() const { return queued_bytes_; }
+  ngtcp2_conn *raw() const { return conn_; }
+
+  struct SendItem {
+    uint8_t header[wire::kFrameHeaderSize];
+    size_t header_len = wire::kFrameHeaderSize;
+    const uint8_t *payload = nullptr;
+    uint64_t payload_len = 0;
+    PooledBuf owned;
+    SendListener *listener = nullptr;
+    uint64_t end_offset = 0;  // stream offset just past this item
+    uint64_t written = 0;     // bytes of header + payload given to ngtcp2
+    bool zero_rest = false;   // cancelled mid-way: send zeros for the rest
+    uint64_t total() const { return header_len + payload_len; }
+  };
+
+ private:
+  struct SendStream {
+    int64_t id = -1;
+    uint8_t lane_byte = 0;
+    std::deque<std::unique_ptr<SendItem>> items;  // not yet acknowledged, in order
+    size_t next = 0;                              // first item not fully written
+    uint64_t offset = 0;                          // next stream offset to assign
+    bool blocked = false;
+  };
+  struct RecvStream {
+    bool have_lane = false;
+    uint8_t lane = 0;
+    uint8_t header[wire::kFrameHeaderSize];
+    size_t header_fill = 0;
+    bool in_payload = false;
+    wire::FrameHeader frame;
+    uint64_t remaining = 0;
+    MessageSink *sink = nullptr;
+    std::vector<uint8_t> control;
+  };
+
+  static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref);
+  Status setup_tls();
+  void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *p, uint64_t ts);
+  void open_streams();
+  SendItem *enqueue(SendStream &st, std::unique_ptr<SendItem> item);
+  size_t build_vecs(SendStream &st, ngtcp2_vec *vecs, size_t max);
+  void advance(SendStream &st, size_t n);
+  void on_acked(int64_t stream_id, uint64_t offset, uint64_t len);
+  size_t on_stream_data(int64_t stream_id, const uint8_t *data, size_t len, bool fin);
+  SendStream *pick_stream();
+  void fail(const Status &why);
+  void arm_timer();
+  void finish_items(SendStream &st, const Status &s);
+
+  // ngtcp2 callbacks
+  static int cb_handshake_completed(ngtcp2_conn *, void *ud);
+  static int cb_recv_stream_data(ngtcp2_conn *, uint32_t flags, int64_t sid, uint64_t off,
+                                 const uint8_t *data, size_t len, void *ud, void *sud);
+  static int cb_acked_stream_data_offset(ngtcp2_conn *, int64_t sid, uint64_t off, uint64_t len,
+                                         void *ud, void *sud);
+  static int cb_extend_max_stream_data(ngtcp2_conn *, int64_t sid, uint64_t max, void *ud,
+                                       void *sud);
+  static int cb_extend_max_local_streams_uni(ngtcp2_conn *, uint64_t max, void *ud);
+  static int cb_get_new_connection_id(ngtcp2_conn *, ngtcp2_cid *cid, uint8_t *token, size_t cidlen,
+                                      void *ud);
+  static int cb_remove_connection_id(ngtcp2_conn *, const ngtcp2_cid *cid, void *ud);
+  static void cb_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx);
+  static int cb_stream_reset(ngtcp2_conn *, int64_t sid, uint64_t final_size, uint64_t code,
+                             void *ud, void *sud);
+  static void on_timer(struct ev_loop *, ev_timer *w, int);
+  void fill_callbacks(ngtcp2_callbacks *cb);
+
+  QuicEndpoint *ep_;
+  ConnectionHandler *handler_;
+  bool is_client_;
+  uint32_t expected_peer_rank_;
+  SocketAddress remote_;
+  ngtcp2_conn *conn_ = nullptr;
+  gnutls_session_t session_ = nullptr;
+  ngtcp2_crypto_conn_ref conn_ref_;
+  ngtcp2_path path_;
+  ev_timer timer_;
+  bool closed_ = false;
+  bool streams_open_ = false;
+  bool identity_checked_ = false;
+  std::vector<ngtcp2_cid> scids_;  // routed to us by the endpoint
+  SendStream control_;
+  SendStream data_[kDataStreams];
+  size_t rr_ = 0;  // round-robin position over streams
+  std::unordered_map<int64_t, RecvStream> recv_;
+  uint64_t queued_bytes_ = 0;
+};
+
+}  // namespace nexar

@@ -1,0 +1,203 @@
+#include "transport/quic_endpoint.h"
+
+#include <gnutls/crypto.h>
+
+#include <algorithm>
+
+#include "core/clock.h"
+#include "core/log.h"
+
+namespace nexar {
+namespace {
+constexpr size_t kScidLen = 16;
+constexpr size_t kMaxReadBatches = 8;  // per wake-up, so writes and timers get their turn
+std::string cid_key(const uint8_t *data, size_t len) {
+  return std::string(reinterpret_cast<const char *>(data), len);
+}
+}  // namespace
+
+QuicEndpoint::QuicEndpoint(EventLoop *loop, ConnectionHandler *handler, uint64_t cluster_id,
+                           std::shared_ptr<TlsCredentials> creds, uint64_t idle_timeout_ms,
+                           uint64_t connect_timeout_ms, uint64_t keep_alive_ms)
+    : loop_(loop),
+      handler_(handler),
+      cluster_id_(cluster_id),
+      creds_(std::move(creds)),
+      idle_timeout_ns_(idle_timeout_ms * kNsPerMs),
+      connect_timeout_ns_(connect_timeout_ms * kNsPerMs),
+      keep_alive_ns_(keep_alive_ms * kNsPerMs) {
+  gnutls_rnd(GNUTLS_RND_KEY, secret_, sizeof secret_);
+  tx_.resize(64 * 65536);
+  ev_init(&io_, &QuicEndpoint::on_readable);
+  io_.data = this;
+  loop_->add_before_sleep([this] { return flush(); });
+}
+
+QuicEndpoint::~QuicEndpoint() {
+  if (reading_) ev_io_stop(loop_->raw(), &io_);
+  dirty_.clear();
+  conns_.clear();
+  retired_.clear();
+}
+
+Status QuicEndpoint::open(const SocketAddress &bind_addr) {
+  Status s = socket_.bind(bind_addr);
+  if (!s) return s;
+  ev_io_set(&io_, socket_.fd(), EV_READ);
+  ev_io_start(loop_->raw(), &io_);
+  reading_ = true;
+  return {};
+}
+
+size_t QuicEndpoint::max_udp_payload(const SocketAddress &remote) const {
+  // Loopback carries 64 KB datagrams (the biggest single lever measured);
+  // real links get a payload that fits a 1500-byte MTU without fragmenting.
+  if (remote.is_loopback()) return 65000;
+  return remote.family() == AF_INET6 ? 1452 : 1472;
+}
+
+void QuicEndpoint::route(const ngtcp2_cid &cid, QuicConnection *c) {
+  routes_[cid_key(cid.data, cid.datalen)] = c;
+}
+
+void QuicEndpoint::unroute(const ngtcp2_cid &cid) {
+  routes_.erase(cid_key(cid.data, cid.datalen));
+}
+
+Status QuicEndpoint::connect(const SocketAddress &remote, uint32_t peer_rank,
+                             QuicConnection **out) {
+  auto c = std::make_unique<QuicConnection>(this, handler_, true, peer_rank);
+  Status s = c->init_client(remote);
+  if (!s) return s;
+  *out = c.get();
+  conns_.push_back(std::move(c));
+  return {};
+}
+
+void QuicEndpoint::retire(QuicConnection *c) {
+  dirty_.erase(c);
+  for (auto it = conns_.begin(); it != conns_.end(); ++it) {
+    if (it->get() == c) {
+      retired_.push_back(std::move(*it));
+      conns_.erase(it);
+      return;
+    }
+  }
+}
+
+void QuicEndpoint::shutdown(const Status &why) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // close() retires the connection (moves it out of conns_): use a snapshot.
+  std::vector<QuicConnection *> all;
+  for (auto &c : conns_)
+    all.push_back(c.get());
+  for (QuicConnection *c : all)
+    c->close(0, why);
+
+  flush_pending();
+  if (reading_) {
+    ev_io_stop(loop_->raw(), &io_);
+    reading_ = false;
+  }
+}
+
+void QuicEndpoint::on_readable(struct ev_loop *, ev_io *w, int revents) {
+  auto *self = static_cast<QuicEndpoint *>(w->data);
+  if (revents & EV_WRITE) self->flush_pending();
+  if (revents & EV_READ) self->read_socket();
+}
+
+void QuicEndpoint::read_socket() {
+  for (size_t batch = 0; batch < kMaxReadBatches; ++batch) {
+    if (socket_.receive_batch(rx_, 64) == 0) return;
+    const uint64_t ts = now_ns();  // one clock read per batch
+    for (const auto &d : rx_) {
+      for (size_t off = 0; off < d.len; off += d.segment_size) {
+        size_t len = std::min(d.segment_size, d.len - off);
+        handle_datagram(d.from, d.data + off, len, ts);
+      }
+    }
+  }
+}
+
+void QuicEndpoint::handle_datagram(const SocketAddress &from, const uint8_t *data, size_t len,
+                                   uint64_t ts) {
+  ngtcp2_version_cid vc;
+  int rc = ngtcp2_pkt_decode_version_cid(&vc, data, len, kScidLen);
+  if (rc != 0) return;  // not QUIC, or a version we do not speak: drop
+  auto it = routes_.find(cid_key(vc.dcid, vc.dcidlen));
+  if (it != routes_.end()) {
+    QuicConnection *c = it->second;
+    if (!c->read_packet(from, data, len, ts)) retire(c);
+    return;
+  }
+  if (shut_down_) return;
+  ngtcp2_pkt_hd hd;
+  if (ngtcp2_accept(&hd, data, len) != 0) return;  // not an acceptable client Initial
+  auto c = std::make_unique<QuicConnection>(this, handler_, false, UINT32_MAX);
+  Status s = c->init_server(from, hd);
+  if (!s) {
+    LOG_WARN("cannot accept a connection from %s: %s", from.to_string().c_str(), s.message.c_str());
+    return;
+  }
+  QuicConnection *raw = c.get();
+  conns_.push_back(std::move(c));
+  if (!raw->read_packet(from, data, len, ts)) retire(raw);
+}
+
+void QuicEndpoint::transmit(const SocketAddress &to, const uint8_t *buf, const size_t *sizes,
+                            size_t n) {
+  size_t sent = 0;
+  if (pending_.empty() && socket_.send_packets(to, buf, sizes, n, &sent)) return;
+  // The socket is full: keep the rest (ngtcp2 considers them sent) and send
+  // them when it becomes writable.
+  size_t off = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i >= sent) pending_.push_back({to, std::vector<uint8_t>(buf + off, buf + off + sizes[i])});
+    off += sizes[i];
+  }
+  if (reading_) {
+    ev_io_stop(loop_->raw(), &io_);
+    ev_io_set(&io_, socket_.fd(), EV_READ | EV_WRITE);
+    ev_io_start(loop_->raw(), &io_);
+  }
+}
+
+void QuicEndpoint::flush_pending() {
+  size_t i = 0;
+  for (; i < pending_.size(); ++i) {
+    size_t sz = pending_[i].bytes.size(), sent = 0;
+    if (!socket_.send_packets(pending_[i].to, pending_[i].bytes.data(), &sz, 1, &sent)) break;
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(i));
+  if (pending_.empty() && reading_) {
+    ev_io_stop(loop_->raw(), &io_);
+    ev_io_set(&io_, socket_.fd(), EV_READ);
+    ev_io_start(loop_->raw(), &io_);
+  }
+}
+
+bool QuicEndpoint::flush() {
+  retired_.clear();                     // no connection callback is on the stack here
+  if (!pending_.empty()) return false;  // wait for EV_WRITE
+  bool more = false;
+  auto dirty = std::move(dirty_);
+  dirty_.clear();
+  for (QuicConnection *c : dirty) {
+    if (c->closed()) continue;
+    if (c->write()) {
+      more = true;
+      dirty_.insert(c);
+    }
+    if (!pending_.empty()) {
+      // Socket full: the others wait for EV_WRITE.
+      for (QuicConnection *rest : dirty)
+        dirty_.insert(rest);
+      break;
+    }
+  }
+  return more;
+}
+
+}  // namespace nexar

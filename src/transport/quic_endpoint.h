@@ -1,0 +1,100 @@
+// QuicEndpoint: the engine's one UDP socket and every QUIC connection on it,
+// client and server roles alike, demultiplexed by destination connection ID.
+#pragma once
+
+#include <ev.h>
+#include <ngtcp2/ngtcp2.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/event_loop.h"
+#include "transport/quic_connection.h"
+#include "transport/tls_credentials.h"
+#include "transport/udp_socket.h"
+
+namespace nexar {
+
+struct TransportStats {
+  uint64_t bytes_sent = 0, bytes_received = 0, messages_sent = 0, messages_received = 0;
+  uint64_t streams_opened = 0, streams_accepted = 0;
+};
+
+class QuicEndpoint {
+ public:
+  static constexpr size_t kSecretLen = 32;
+
+  // handler receives every connection's events; accept_from decides whether
+  // an unknown client Initial may create a server connection.
+  QuicEndpoint(EventLoop *loop, ConnectionHandler *handler, uint64_t cluster_id,
+               std::shared_ptr<TlsCredentials> creds, uint64_t idle_timeout_ms,
+               uint64_t connect_timeout_ms, uint64_t keep_alive_ms);
+  ~QuicEndpoint();
+
+  // Binds the socket and starts reading (loop thread).
+  Status open(const SocketAddress &bind_addr);
+  const SocketAddress &local() const { return socket_.local(); }
+
+  // Starts a client connection to the peer expected to be `peer_rank`.
+  Status connect(const SocketAddress &remote, uint32_t peer_rank, QuicConnection **out);
+  // Frees a connection once the current callback stack has unwound.
+  void retire(QuicConnection *c);
+  // Closes every connection (CONNECTION_CLOSE) and stops reading.
+  void shutdown(const Status &why);
+
+  // --- for QuicConnection --------------------------------------------------
+  EventLoop *loop() const { return loop_; }
+  TlsCredentials *credentials() const { return creds_.get(); }
+  uint64_t cluster_id() const { return cluster_id_; }
+  const uint8_t *secret() const { return secret_; }
+  uint64_t idle_timeout_ns() const { return idle_timeout_ns_; }
+  uint64_t connect_timeout_ns() const { return connect_timeout_ns_; }
+  uint64_t keep_alive_ns() const { return keep_alive_ns_; }
+  size_t max_udp_payload(const SocketAddress &remote) const;
+  void route(const ngtcp2_cid &cid, QuicConnection *c);
+  void unroute(const ngtcp2_cid &cid);
+  void mark_dirty(QuicConnection *c) { dirty_.insert(c); }
+  uint8_t *tx_buffer() { return tx_.data(); }
+  void transmit(const SocketAddress &to, const uint8_t *buf, const size_t *sizes, size_t n);
+  TransportStats &stats() { return stats_; }
+  size_t connections() const { return conns_.size(); }
+
+ private:
+  static void on_readable(struct ev_loop *, ev_io *w, int revents);
+  void read_socket();
+  void handle_datagram(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);
+  bool flush();  // before-sleep hook: write dirty connections
+  void flush_pending();
+
+  EventLoop *loop_;
+  ConnectionHandler *handler_;
+  uint64_t cluster_id_;
+  std::shared_ptr<TlsCredentials> creds_;
+  uint64_t idle_timeout_ns_;
+  uint64_t connect_timeout_ns_;
+  uint64_t keep_alive_ns_;
+  uint8_t secret_[kSecretLen];
+  UdpSocket socket_;
+  ev_io io_;
+  bool reading_ = false;
+  std::unordered_map<std::string, QuicConnection *> routes_;
+  std::vector<std::unique_ptr<QuicConnection>> conns_;
+  std::vector<std::unique_ptr<QuicConnection>> retired_;
+  std::unordered_set<QuicConnection *> dirty_;
+  std::vector<uint8_t> tx_;
+  std::vector<UdpSocket::Datagram> rx_;
+  // Packets ngtcp2 produced while the socket buffer was full.
+  struct Pending {
+    SocketAddress to;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Pending> pending_;
+  bool shut_down_ = false;
+  TransportStats stats_;
+};
+
+}  // namespace nexar

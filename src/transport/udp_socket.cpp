@@ -1,0 +1,165 @@
+#include "transport/udp_socket.h"
+
+#include <errno.h>
+#include <netinet/udp.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/log.h"
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+namespace nexar {
+namespace {
+constexpr size_t kRxSlots = 64;
+constexpr size_t kRxSlotSize = 65536;  // one GRO super-datagram at most
+constexpr size_t kCtrlSlot = CMSG_SPACE(sizeof(int));
+constexpr int kSocketBuffer = 8 << 20;
+constexpr size_t kMaxGsoSegments = 64;
+constexpr size_t kMaxGsoBytes = 65000;
+}  // namespace
+
+UdpSocket::~UdpSocket() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status UdpSocket::bind(const SocketAddress &addr) {
+  fd_ = socket(addr.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return error(NEXAR_ERR_IO, format("socket(): %s", strerror(errno)));
+  int buf = kSocketBuffer;
+  // Ask for big buffers; the kernel caps them at net.core.[rw]mem_max.
+  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+  setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+  // Root may exceed the cap (FORCE variants); failure is harmless.
+  setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof buf);
+  setsockopt(fd_, SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof buf);
+  if (addr.family() == AF_INET) {
+    // Never fragment: packet sizes are chosen to fit the path.
+    int pmtu = IP_PMTUDISC_DO;
+    setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+  } else {
+    int pmtu = IPV6_PMTUDISC_DO;
+    setsockopt(fd_, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu);
+  }
+  int one = 1;
+  gro_ = setsockopt(fd_, IPPROTO_UDP, UDP_GRO, &one, sizeof one) == 0;
+  if (::bind(fd_, addr.sa(), addr.len) != 0)
+    return error(NEXAR_ERR_IO, format("bind(%s): %s", addr.to_string().c_str(), strerror(errno)));
+  local_.len = sizeof local_.storage;
+  getsockname(fd_, local_.sa(), &local_.len);
+  // GSO is probed by a setsockopt that only checks support.
+  int seg = 1200;
+  gso_ = setsockopt(fd_, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof seg) == 0;
+  seg = 0;
+  if (gso_) setsockopt(fd_, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof seg);
+
+  rx_buf_.resize(kRxSlots * kRxSlotSize);
+  rx_msgs_.resize(kRxSlots);
+  rx_iov_.resize(kRxSlots);
+  rx_addr_.resize(kRxSlots);
+  rx_ctrl_.resize(kRxSlots * kCtrlSlot);
+  LOG_DEBUG("udp socket bound to %s (gso %d, gro %d)", local_.to_string().c_str(), gso_, gro_);
+  return {};
+}
+
+size_t UdpSocket::receive_batch(std::vector<Datagram> &out, size_t max) {
+  out.clear();
+  size_t n = max < kRxSlots ? max : kRxSlots;
+  for (size_t i = 0; i < n; ++i) {
+    rx_iov_[i] = {rx_buf_.data() + i * kRxSlotSize, kRxSlotSize};
+    msghdr &h = rx_msgs_[i].msg_hdr;
+    memset(&h, 0, sizeof h);
+    h.msg_name = &rx_addr_[i];
+    h.msg_namelen = sizeof rx_addr_[i];
+    h.msg_iov = &rx_iov_[i];
+    h.msg_iovlen = 1;
+    h.msg_control = rx_ctrl_.data() + i * kCtrlSlot;
+    h.msg_controllen = kCtrlSlot;
+  }
+  int got = recvmmsg(fd_, rx_msgs_.data(), static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+  if (got <= 0) return 0;
+  for (int i = 0; i < got; ++i) {
+    msghdr &h = rx_msgs_[i].msg_hdr;
+    Datagram d;
+    d.data = rx_buf_.data() + static_cast<size_t>(i) * kRxSlotSize;
+    d.len = rx_msgs_[i].msg_len;
+    d.segment_size = d.len;
+    for (cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
+      if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+        int seg = 0;
+        memcpy(&seg, CMSG_DATA(c), sizeof seg);
+        if (seg > 0) d.segment_size = static_cast<size_t>(seg);
+      }
+    }
+    memcpy(&d.from.storage, &rx_addr_[i], h.msg_namelen);
+    d.from.len = h.msg_namelen;
+    out.push_back(d);
+  }
+  return out.size();
+}
+
+bool UdpSocket::send_packets(const SocketAddress &dest, const uint8_t *buf, const size_t *sizes,
+                             size_t count, size_t *sent) {
+  size_t i = 0;
+  size_t offset = 0;
+  while (i < count) {
+    // A GSO run: equal sizes (the last may be shorter), bounded in count and bytes.
+    size_t seg = sizes[i];
+    size_t j = i + 1;
+    size_t bytes = seg;
+    if (gso_) {
+      while (j < count && j - i < kMaxGsoSegments && sizes[j] <= seg &&
+             bytes + sizes[j] <= kMaxGsoBytes) {
+        bytes += sizes[j];
+        if (sizes[j] < seg) {
+          ++j;
+          break;
+        }
+        ++j;
+      }
+    }
+    iovec iov{const_cast<uint8_t *>(buf + offset), bytes};
+    msghdr h{};
+    h.msg_name = const_cast<sockaddr *>(dest.sa());
+    h.msg_namelen = dest.len;
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(uint16_t))];
+    if (j - i > 1) {
+      memset(ctrl, 0, sizeof ctrl);
+      h.msg_control = ctrl;
+      h.msg_controllen = sizeof ctrl;
+      cmsghdr *c = CMSG_FIRSTHDR(&h);
+      c->cmsg_level = IPPROTO_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      uint16_t s16 = static_cast<uint16_t>(seg);
+      memcpy(CMSG_DATA(c), &s16, sizeof s16);
+    }
+    ssize_t rc;
+    do {
+      rc = sendmsg(fd_, &h, 0);
+    } while (rc < 0 && errno == EINTR);
+    if (rc < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+        *sent = i;
+        return false;
+      }
+      // Other errors (e.g. unreachable peer): the packets are lost; QUIC
+      // recovery or the idle timeout deals with it.
+      LOG_DEBUG("sendmsg to %s: %s", dest.to_string().c_str(), strerror(errno));
+    }
+    offset += bytes;
+    i = j;
+  }
+  *sent = count;
+  return true;
+}
+
+}  // namespace nexar
