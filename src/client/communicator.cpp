@@ -27,6 +27,17 @@ Communicator::~Communicator() {
 
 Status Communicator::submit(const char *name, Body body, nexar_done_fn done, void *user_data,
                             uint64_t *seq_out) {
+  return submit_op(name, std::move(body), done, user_data, 0, seq_out);
+}
+
+Status Communicator::submit_collective(const char *name, Body body, nexar_done_fn done,
+                                       void *user_data) {
+  std::lock_guard<std::mutex> g(coll_mu_);
+  return submit_op(name, std::move(body), done, user_data, next_coll_seq_++, nullptr);
+}
+
+Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
+                               uint64_t coll_seq, uint64_t *seq_out) {
   if (!done && in_user_callback())
     return error(NEXAR_ERR_WOULD_DEADLOCK,
                  format("%s: a blocking call (done == NULL) from inside a completion callback "
@@ -45,14 +56,23 @@ Status Communicator::submit(const char *name, Body body, nexar_done_fn done, voi
   if (!done) slot = std::make_shared<BlockingSlot>();
   const std::string op_name = name;
   bool posted = engine_->loop().post(
-      [this, seq, op_name, body = std::move(body), done, user_data, slot]() mutable {
+      [this, seq, coll_seq, op_name, body = std::move(body), done, user_data, slot]() mutable {
         auto op = std::make_unique<OpContext>(&engine_->loop(), seq, op_name);
         OpContext *raw = op.release();  // owned by the running operation until deliver()
+        raw->set_coll_seq(coll_seq);
         active_.insert(raw);
         if (state_.load() != 0) {
           raw->fail(error(state_.load() == 1 ? NEXAR_ERR_ABORTED : NEXAR_ERR_CLOSED,
                           format("%s: the communicator was %s", op_name.c_str(),
                                  state_.load() == 1 ? "aborted" : "closed")));
+        }
+        if (coll_seq) {
+          if (coll_seq > started_coll_seq_) started_coll_seq_ = coll_seq;
+          auto early = early_mismatch_.find(coll_seq);
+          if (early != early_mismatch_.end()) {
+            raw->fail(early->second);
+            early_mismatch_.erase(early);
+          }
         }
         spawn(body(raw), [this, raw, done, user_data, slot](Status s) {
           deliver(raw, std::move(s), done, user_data, slot);
@@ -123,6 +143,24 @@ void Communicator::on_remote_failure(const Status &s) {
   if (s.code == NEXAR_ERR_ABORTED)
     for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
       op->fail(s);
+}
+
+void Communicator::on_collective_mismatch(uint64_t seq, const Status &s) {
+  if (seq <= started_coll_seq_) {
+    // Started here: fail it if it still runs (otherwise it already ended).
+    for (OpContext *op : active_)
+      if (op->coll_seq() == seq) op->fail(s);
+    return;
+  }
+  // Not started here yet: fail it when it starts. Bounded: one entry per
+  // announced future collective.
+  if (early_mismatch_.size() < 1024) early_mismatch_.emplace(seq, s);
+}
+
+void Communicator::announce_mismatch(uint64_t seq, const std::string &detail) {
+  for (uint32_t r = 0; r < size(); ++r)
+    if (r != rank_)
+      engine_->send_control(world_of_[r], wire::CollectiveMismatch{comm_id_, seq, detail});
 }
 
 Status Communicator::async_error() const {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -39,6 +40,9 @@ class Communicator {
   // the submission status (an error means done will never run).
   Status submit(const char *name, Body body, nexar_done_fn done, void *user_data,
                 uint64_t *seq_out = nullptr);
+  // A collective: numbered in issue order (every rank must issue collectives
+  // in the same order); body receives that number as op->coll_seq().
+  Status submit_collective(const char *name, Body body, nexar_done_fn done, void *user_data);
   // Fails every operation in flight now and tells the peers.
   void abort();
   // Completes everything pending with NEXAR_ERR_CLOSED and waits until every
@@ -48,11 +52,17 @@ class Communicator {
   // ---- loop thread only ----
   // A peer aborted this communicator, or a connection died.
   void on_remote_failure(const Status &s);
+  // A peer found that ranks issued different collectives at number seq.
+  void on_collective_mismatch(uint64_t seq, const Status &s);
+  // Tells every peer that collective seq mismatched (after detecting it).
+  void announce_mismatch(uint64_t seq, const std::string &detail);
   Status async_error() const;
   // Valid until the communicator is destroyed (the first async error is kept).
   const char *async_error_message() const;
 
  private:
+  Status submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
+                   uint64_t coll_seq, uint64_t *seq_out);
   void deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
                std::shared_ptr<BlockingSlot> slot);
   void wait_idle();
@@ -64,6 +74,8 @@ class Communicator {
   bool owns_engine_;
   std::unique_ptr<PolledQueue> polled_;
   std::atomic<uint64_t> next_seq_{1};
+  std::mutex coll_mu_;  // collective numbers follow submission order
+  uint64_t next_coll_seq_ = 1;
   std::atomic<int> state_{0};  // 0 open, 1 aborted, 2 closed
 
   // Operations submitted whose completion has not finished running.
@@ -75,6 +87,9 @@ class Communicator {
 
   // Loop thread only.
   std::unordered_set<OpContext *> active_;
+  // Mismatch notices for collectives this rank has not started yet.
+  std::unordered_map<uint64_t, Status> early_mismatch_;
+  uint64_t started_coll_seq_ = 0;
 };
 
 }  // namespace nexar

@@ -235,6 +235,22 @@ void Engine::on_control(QuicConnection *c, std::span<const uint8_t> message) {
                            static_cast<int32_t>(m.rank));
           for (Communicator *comm : std::vector<Communicator *>(it->second))
             comm->on_remote_failure(s);
+        } else if constexpr (std::is_same_v<T, wire::CollectiveMismatch>) {
+          auto it = comms_.find(m.comm_id);
+          if (it == comms_.end()) return;
+          for (Communicator *comm : std::vector<Communicator *>(it->second)) {
+            // The sender's rank in this communicator, for the error report.
+            int32_t rank = -1;
+            for (uint32_t r = 0; r < comm->size(); ++r)
+              if (comm->world_rank_of(r) == from) rank = static_cast<int32_t>(r);
+            comm->on_collective_mismatch(
+                m.op_seq,
+                error(NEXAR_ERR_MISMATCH,
+                      format("collective #%llu: ranks issued different collectives "
+                             "(reported by rank %d: %s)",
+                             static_cast<unsigned long long>(m.op_seq), rank, m.detail.c_str()),
+                      rank));
+          }
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
           LOG_DEBUG("rank %u said goodbye", from);
         } else {
@@ -247,7 +263,7 @@ void Engine::on_control(QuicConnection *c, std::span<const uint8_t> message) {
 MessageSink *Engine::on_message(QuicConnection *c, int64_t stream_id, const wire::FrameHeader &h) {
   const uint32_t from = c->expected_peer_rank();
   MsgKey key{from, static_cast<uint8_t>(h.kind), h.comm_id, h.tag};
-  return mailbox_->on_message(key, h.length, c, stream_id);
+  return mailbox_->on_message(key, h.length, h.check, c, stream_id);
 }
 
 void Engine::on_closed(QuicConnection *c, const Status &why) {

@@ -13,9 +13,9 @@ constexpr uint64_t kChunk = 8ull << 20;       // larger ones in pooled chunks
 
 // ---- Incoming ------------------------------------------------------------------
 
-Incoming::Incoming(Mailbox *box, MsgKey key, uint64_t length, QuicConnection *conn,
+Incoming::Incoming(Mailbox *box, MsgKey key, uint64_t length, uint32_t check, QuicConnection *conn,
                    int64_t stream_id)
-    : box_(box), key_(key), length_(length), conn_(conn), stream_id_(stream_id) {}
+    : box_(box), key_(key), length_(length), check_(check), conn_(conn), stream_id_(stream_id) {}
 
 size_t Incoming::write(const uint8_t *data, size_t len) {
   if (discard_) {
@@ -70,7 +70,7 @@ void Incoming::release_buffer() {
 void Incoming::bind(RecvWait *w) {
   waiter_ = w;
   w->msg_ = this;
-  if (length_ != w->size_) {
+  if (length_ != w->size_ || check_ != w->check_) {
     discard_ = true;  // the message is consumed; the receive reports the mismatch
   } else {
     uint64_t off = 0;
@@ -98,6 +98,12 @@ void Incoming::finish(bool ok) {
               format("%s: connection to rank %d lost while the message was arriving", w->what_,
                      w->user_rank_),
               w->user_rank_);
+  else if (check_ != w->check_)
+    s = error(NEXAR_ERR_MISMATCH,
+              format("%s: rank %d issued a different collective (operation, dtype, count or "
+                     "root differ)",
+                     w->what_, w->user_rank_),
+              w->user_rank_);
   else if (length_ != w->size_)
     s = error(NEXAR_ERR_SIZE_MISMATCH,
               format("%s: message from rank %d has %llu bytes, the receive buffer %llu", w->what_,
@@ -111,12 +117,13 @@ void Incoming::finish(bool ok) {
 // ---- RecvWait ------------------------------------------------------------------
 
 RecvWait::RecvWait(Mailbox *box, OpContext *op, uint64_t deadline_ns, MsgKey key, void *buf,
-                   uint64_t size, int32_t user_rank, const char *what)
+                   uint64_t size, uint32_t check, int32_t user_rank, const char *what)
     : Wait(op->loop(), op, deadline_ns, user_rank),
       box_(box),
       key_(key),
       buf_(static_cast<uint8_t *>(buf)),
       size_(size),
+      check_(check),
       user_rank_(user_rank),
       what_(what) {}
 
@@ -189,9 +196,9 @@ Mailbox::~Mailbox() {
   live_.clear();
 }
 
-MessageSink *Mailbox::on_message(const MsgKey &key, uint64_t length, QuicConnection *conn,
-                                 int64_t stream_id) {
-  auto owned = std::make_unique<Incoming>(this, key, length, conn, stream_id);
+MessageSink *Mailbox::on_message(const MsgKey &key, uint64_t length, uint32_t check,
+                                 QuicConnection *conn, int64_t stream_id) {
+  auto owned = std::make_unique<Incoming>(this, key, length, check, conn, stream_id);
   Incoming *m = owned.get();
   live_.emplace(m, std::move(owned));
   Queue &q = queue(key);
@@ -207,8 +214,8 @@ MessageSink *Mailbox::on_message(const MsgKey &key, uint64_t length, QuicConnect
   return m;
 }
 
-void Mailbox::deliver_local(const MsgKey &key, const void *data, uint64_t length) {
-  MessageSink *m = on_message(key, length, nullptr, -1);
+void Mailbox::deliver_local(const MsgKey &key, const void *data, uint64_t length, uint32_t check) {
+  MessageSink *m = on_message(key, length, check, nullptr, -1);
   // Local bytes need no credit; the budget bookkeeping is the same as remote.
   const uint8_t *p = static_cast<const uint8_t *>(data);
   uint64_t left = length;

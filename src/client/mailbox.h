@@ -41,7 +41,8 @@ class RecvWait;
 // One incoming message: streams straight into a bound receive, or is buffered.
 class Incoming : public MessageSink {
  public:
-  Incoming(Mailbox *box, MsgKey key, uint64_t length, QuicConnection *conn, int64_t stream_id);
+  Incoming(Mailbox *box, MsgKey key, uint64_t length, uint32_t check, QuicConnection *conn,
+           int64_t stream_id);
   size_t write(const uint8_t *data, size_t len) override;
   void finish(bool ok) override;
 
@@ -54,6 +55,7 @@ class Incoming : public MessageSink {
   Mailbox *box_;
   MsgKey key_;
   uint64_t length_;
+  uint32_t check_;
   uint64_t received_ = 0;
   QuicConnection *conn_;
   int64_t stream_id_;
@@ -69,7 +71,7 @@ class Incoming : public MessageSink {
 class RecvWait : public Wait {
  public:
   RecvWait(Mailbox *box, OpContext *op, uint64_t deadline_ns, MsgKey key, void *buf, uint64_t size,
-           int32_t user_rank, const char *what);
+           uint32_t check, int32_t user_rank, const char *what);
   bool await_ready();
   bool await_suspend(std::coroutine_handle<> h) { return suspend(h); }
   Status await_resume() { return result(); }
@@ -87,6 +89,7 @@ class RecvWait : public Wait {
   MsgKey key_;
   uint8_t *buf_;
   uint64_t size_;
+  uint32_t check_;
   int32_t user_rank_;
   const char *what_;
   Incoming *msg_ = nullptr;
@@ -99,10 +102,10 @@ class Mailbox {
   ~Mailbox();
 
   // A new message arrived; returns its sink.
-  MessageSink *on_message(const MsgKey &key, uint64_t length, QuicConnection *conn,
+  MessageSink *on_message(const MsgKey &key, uint64_t length, uint32_t check, QuicConnection *conn,
                           int64_t stream_id);
   // A message to ourselves: delivered without the network.
-  void deliver_local(const MsgKey &key, const void *data, uint64_t length);
+  void deliver_local(const MsgKey &key, const void *data, uint64_t length, uint32_t check);
   // The connection is going away: buffered messages stop returning credit to it.
   void forget_connection(const QuicConnection *c);
   // The peer is gone: every receive waiting on it fails with s.

@@ -93,11 +93,11 @@ std::string SendWait::timeout_message() const {
 }
 
 Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t to,
-                     wire::FrameKind kind, uint64_t tag, const void *data, uint64_t len,
-                     const char *what) {
+                     wire::FrameKind kind, uint64_t tag, uint32_t check, const void *data,
+                     uint64_t len, const char *what) {
   if (to == comm->rank()) {
     MsgKey key{comm->world_rank_of(to), static_cast<uint8_t>(kind), comm->comm_id(), tag};
-    comm->engine().mailbox().deliver_local(key, data, len);
+    comm->engine().mailbox().deliver_local(key, data, len, check);
     co_return Status();
   }
   wire::FrameHeader h;
@@ -105,15 +105,16 @@ Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, ui
   h.comm_id = comm->comm_id();
   h.tag = tag;
   h.length = len;
+  h.check = check;
   co_return co_await SendWait(comm->engine(), op, deadline_ns, comm->world_rank_of(to),
                               static_cast<int32_t>(to), h, data, what);
 }
 
 Task<Status> recv_from(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t from,
-                       wire::FrameKind kind, uint64_t tag, void *data, uint64_t len,
+                       wire::FrameKind kind, uint64_t tag, uint32_t check, void *data, uint64_t len,
                        const char *what) {
   MsgKey key{comm->world_rank_of(from), static_cast<uint8_t>(kind), comm->comm_id(), tag};
-  co_return co_await RecvWait(&comm->engine().mailbox(), op, deadline_ns, key, data, len,
+  co_return co_await RecvWait(&comm->engine().mailbox(), op, deadline_ns, key, data, len, check,
                               static_cast<int32_t>(from), what);
 }
 

@@ -44,12 +44,14 @@ class SendWait : public Wait, public SendListener {
 };
 
 // Sends len bytes to comm rank `to`: kind/tag select the receiver's match key.
+// `check` travels with the message; a receive expecting another value fails
+// with NEXAR_ERR_MISMATCH (0 for point-to-point).
 Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t to,
-                     wire::FrameKind kind, uint64_t tag, const void *data, uint64_t len,
-                     const char *what);
+                     wire::FrameKind kind, uint64_t tag, uint32_t check, const void *data,
+                     uint64_t len, const char *what);
 // Receives exactly len bytes from comm rank `from` into data.
 Task<Status> recv_from(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t from,
-                       wire::FrameKind kind, uint64_t tag, void *data, uint64_t len,
+                       wire::FrameKind kind, uint64_t tag, uint32_t check, void *data, uint64_t len,
                        const char *what);
 
 }  // namespace nexar

@@ -72,6 +72,9 @@ class OpContext {
   const Status &status() const { return status_; }
   EventLoop *loop() const { return loop_; }
   uint64_t seq() const { return seq_; }
+  // The collective sequence number (0 for other operations).
+  uint64_t coll_seq() const { return coll_seq_; }
+  void set_coll_seq(uint64_t s) { coll_seq_ = s; }
   const std::string &name() const { return name_; }
 
   // Zero-copy sends whose bytes the transport may still read: the operation's
@@ -90,6 +93,7 @@ class OpContext {
 
   EventLoop *loop_;
   uint64_t seq_;
+  uint64_t coll_seq_ = 0;
   std::string name_;
   Status status_;
   Wait *head_ = nullptr;

@@ -23,20 +23,23 @@ void encode_frame_header(const FrameHeader &h, uint8_t out[kFrameHeaderSize]) {
   put64(out + 8, h.comm_id);
   put64(out + 16, h.tag);
   put64(out + 24, h.length);
+  for (int i = 0; i < 4; ++i)
+    out[4 + i] = static_cast<uint8_t>(h.check >> (8 * i));
 }
 
 Status decode_frame_header(const uint8_t in[kFrameHeaderSize], FrameHeader *out) {
   if (in[0] != kFrameVersion)
     return error(NEXAR_ERR_PROTOCOL,
                  format("frame version %u is not supported (expected %u)", in[0], kFrameVersion));
-  for (int i = 2; i < 8; ++i)
-    if (in[i] != 0) return error(NEXAR_ERR_PROTOCOL, "frame flags/reserved bytes are not zero");
+  if (in[2] != 0 || in[3] != 0) return error(NEXAR_ERR_PROTOCOL, "frame flags are not zero");
   const uint8_t kind = in[1];
   if (kind < 1 || kind > 3) return error(NEXAR_ERR_PROTOCOL, format("unknown frame kind %u", kind));
   out->kind = static_cast<FrameKind>(kind);
   out->comm_id = get64(in + 8);
   out->tag = get64(in + 16);
   out->length = get64(in + 24);
+  out->check = static_cast<uint32_t>(in[4]) | static_cast<uint32_t>(in[5]) << 8 |
+               static_cast<uint32_t>(in[6]) << 16 | static_cast<uint32_t>(in[7]) << 24;
   const uint64_t limit = out->kind == FrameKind::Control ? kMaxControlBytes : kMaxMessageBytes;
   if (out->length > limit)
     return error(NEXAR_ERR_PROTOCOL, format("frame length %llu exceeds the limit %llu",

@@ -9,7 +9,9 @@
 //   0      version (1)        8  comm_id  (u64)
 //   1      kind               16 tag      (u64)
 //   2..3   flags  (0)         24 length   (u64)
-//   4..7   reserved (0)
+//   4..7   check  (u32): for collectives, a hash of what the sender called
+//          (operation, dtype, count, root, sequence number), so ranks that
+//          issued different collectives are told apart on the first message.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +34,7 @@ struct FrameHeader {
   uint64_t comm_id = 0;
   uint64_t tag = 0;
   uint64_t length = 0;
+  uint32_t check = 0;
 };
 
 void encode_frame_header(const FrameHeader &h, uint8_t out[kFrameHeaderSize]);

@@ -1,0 +1,104 @@
+#include "collective/coll.h"
+
+#include "client/transfer.h"
+#include "core/clock.h"
+#include "core/dtype.h"
+#include "engine/spawn.h"
+
+namespace nexar {
+namespace {
+
+// FNV-1a over the fields every rank must agree on.
+uint32_t descriptor_check(CollKind kind, const CollArgs &a, uint64_t seq) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  mix(static_cast<uint64_t>(kind));
+  mix(static_cast<uint64_t>(a.dtype));
+  mix(static_cast<uint64_t>(a.op));
+  mix(a.count);
+  mix(a.root);
+  mix(seq);
+  const uint32_t c = static_cast<uint32_t>(h ^ (h >> 32));
+  return c ? c : 1;  // 0 means "no check" (point-to-point)
+}
+
+}  // namespace
+
+const char *coll_name(CollKind k) {
+  switch (k) {
+    case CollKind::Allreduce:
+      return "allreduce";
+    case CollKind::Broadcast:
+      return "broadcast";
+    case CollKind::Reduce:
+      return "reduce";
+    case CollKind::Allgather:
+      return "allgather";
+    case CollKind::ReduceScatter:
+      return "reduce_scatter";
+    case CollKind::Alltoall:
+      return "alltoall";
+    case CollKind::Gather:
+      return "gather";
+    case CollKind::Scatter:
+      return "scatter";
+    case CollKind::Scan:
+      return "scan";
+    case CollKind::Exscan:
+      return "exscan";
+    case CollKind::Barrier:
+      return "barrier";
+    case CollKind::Split:
+      return "split";
+  }
+  return "collective";
+}
+
+Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &args)
+    : comm_(comm), op_(op), kind_(kind), args_(args), esize_(dtype_size(args.dtype)) {
+  check_ = descriptor_check(kind, args, op->coll_seq());
+  const bool barrier = kind == CollKind::Barrier;
+  const uint64_t timeout_ms =
+      barrier ? comm->config().barrier_timeout_ms : comm->config().collective_timeout_ms;
+  deadline_ns_ = now_ns() + timeout_ms * kNsPerMs;
+  // The whole collective shares one deadline: the timeout bounds the
+  // operation, not each of its messages.
+  what_ = format("%s #%llu (%s %.1f s)", coll_name(kind),
+                 static_cast<unsigned long long>(op->coll_seq()),
+                 barrier ? "NEXAR_BARRIER_TIMEOUT_SECS" : "NEXAR_COLLECTIVE_TIMEOUT_SECS",
+                 static_cast<double>(timeout_ms) / 1000.0);
+}
+
+Task<Status> Coll::send(uint32_t to, uint32_t step, const void *data, uint64_t bytes) {
+  return send_to(comm_, op_, deadline_ns_, to, wire::FrameKind::Collective, tag(step), check_, data,
+                 bytes, what());
+}
+
+Task<Status> Coll::recv(uint32_t from, uint32_t step, void *data, uint64_t bytes) {
+  return recv_from(comm_, op_, deadline_ns_, from, wire::FrameKind::Collective, tag(step), check_,
+                   data, bytes, what());
+}
+
+Task<Status> Coll::sendrecv(uint32_t to, const void *sdata, uint64_t sbytes, uint32_t from,
+                            void *rdata, uint64_t rbytes, uint32_t step) {
+  std::vector<Task<Status>> both;
+  both.push_back(send(to, step, sdata, sbytes));
+  both.push_back(recv(from, step, rdata, rbytes));
+  return when_all(op_, std::move(both));
+}
+
+Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
+                            Task<Status> (*algorithm)(Coll &)) {
+  Coll coll(comm, op, kind, args);
+  Status s = co_await algorithm(coll);
+  if (op->failed()) s = op->status();
+  if (s.code == NEXAR_ERR_MISMATCH) comm->announce_mismatch(coll.seq(), s.message);
+  co_return s;
+}
+
+}  // namespace nexar

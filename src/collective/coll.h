@@ -1,0 +1,85 @@
+// Coll: what every collective algorithm works with. It numbers the
+// algorithm's messages (tag = collective sequence number and step), stamps
+// each with a check of what this rank called (operation, dtype, count, root,
+// sequence number) so ranks that issued different collectives fail with
+// NEXAR_ERR_MISMATCH on the first message, and bounds every wait by the
+// collective timeout (the barrier timeout for barriers).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "client/communicator.h"
+#include "core/buffer_pool.h"
+#include "engine/task.h"
+
+namespace nexar {
+
+enum class CollKind : uint8_t {
+  Allreduce = 1,
+  Broadcast,
+  Reduce,
+  Allgather,
+  ReduceScatter,
+  Alltoall,
+  Gather,
+  Scatter,
+  Scan,
+  Exscan,
+  Barrier,
+  Split,
+};
+const char *coll_name(CollKind k);
+
+struct CollArgs {
+  const void *sendbuf = nullptr;
+  void *recvbuf = nullptr;
+  size_t count = 0;  // elements, as the C ABI call counts them
+  nexar_dtype_t dtype = NEXAR_DTYPE_U8;
+  nexar_op_t op = NEXAR_OP_SUM;
+  uint32_t root = 0;
+};
+
+class Coll {
+ public:
+  Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &args);
+
+  uint32_t rank() const { return comm_->rank(); }
+  uint32_t size() const { return comm_->size(); }
+  const CollArgs &args() const { return args_; }
+  size_t esize() const { return esize_; }
+  Communicator *comm() const { return comm_; }
+  OpContext *op() const { return op_; }
+  BufferPool &pool() const { return comm_->engine().pool(); }
+  const Config &config() const { return comm_->config(); }
+  uint64_t seq() const { return op_->coll_seq(); }
+  // "allreduce #12": the prefix of every message this collective reports.
+  const char *what() const { return what_.c_str(); }
+
+  // Step numbers must differ between messages of one collective that travel
+  // between the same two ranks (0 <= step < 2^24).
+  Task<Status> send(uint32_t to, uint32_t step, const void *data, uint64_t bytes);
+  Task<Status> recv(uint32_t from, uint32_t step, void *data, uint64_t bytes);
+  // Sends and receives at once (both must finish; the first failure wins).
+  Task<Status> sendrecv(uint32_t to, const void *sdata, uint64_t sbytes, uint32_t from, void *rdata,
+                        uint64_t rbytes, uint32_t step);
+
+ private:
+  uint64_t tag(uint32_t step) const { return (seq() << 24) | step; }
+
+  Communicator *comm_;
+  OpContext *op_;
+  CollKind kind_;
+  CollArgs args_;
+  size_t esize_;
+  uint32_t check_;
+  uint64_t deadline_ns_;
+  std::string what_;
+};
+
+// Runs one collective algorithm on its Coll and reports mismatches to every
+// peer, so that all ranks involved fail promptly instead of timing out.
+Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
+                            Task<Status> (*algorithm)(Coll &));
+
+}  // namespace nexar
