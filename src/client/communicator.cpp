@@ -12,8 +12,9 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, uint64_t comm_id, uin
     : engine_(std::move(engine)),
       comm_id_(comm_id),
       rank_(rank),
-      world_of_(std::move(world_of)),
-      owns_engine_(owns_engine) {
+      world_of_(std::move(world_of)) {
+  if (owns_engine)
+    engine_lease_ = std::shared_ptr<void>(nullptr, [e = engine_](void *) { e->shutdown(); });
   if (engine_->config().completion_mode == NEXAR_COMPLETION_POLLED)
     polled_ = std::make_unique<PolledQueue>();
   engine_->loop().run_sync([this] { engine_->register_comm(this); });
@@ -22,7 +23,15 @@ Communicator::Communicator(std::shared_ptr<Engine> engine, uint64_t comm_id, uin
 Communicator::~Communicator() {
   close();
   engine_->loop().run_sync([this] { engine_->unregister_comm(this); });
-  if (owns_engine_) engine_->shutdown();
+  engine_lease_.reset();  // the last holder shuts the engine down
+}
+
+std::unique_ptr<Communicator> Communicator::make_child(uint64_t comm_id, uint32_t rank,
+                                                       std::vector<uint32_t> world_of) {
+  auto child =
+      std::make_unique<Communicator>(engine_, comm_id, rank, std::move(world_of), false);
+  child->engine_lease_ = engine_lease_;
+  return child;
 }
 
 Status Communicator::submit(const char *name, Body body, nexar_done_fn done, void *user_data,
@@ -48,10 +57,7 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
   if (st == 2) return error(NEXAR_ERR_CLOSED, format("%s: the communicator is closed", name));
   const uint64_t seq = next_seq_.fetch_add(1);
   if (seq_out) *seq_out = seq;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    ++outstanding_;
-  }
+  tracker_->add();
   std::shared_ptr<BlockingSlot> slot;
   if (!done) slot = std::make_shared<BlockingSlot>();
   const std::string op_name = name;
@@ -79,8 +85,7 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
         });
       });
   if (!posted) {
-    std::lock_guard<std::mutex> g(mu_);
-    --outstanding_;
+    tracker_->done();
     return error(NEXAR_ERR_CLOSED, format("%s: the engine has stopped", name));
   }
   if (!slot) return {};
@@ -97,16 +102,12 @@ void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *us
     const uint64_t seq = op->seq();
     std::unique_ptr<OpContext> owned(op);
     owned.reset();
-    auto release = [this] {
-      std::lock_guard<std::mutex> g(mu_);
-      if (--outstanding_ == 0) idle_cv_.notify_all();
-    };
     if (slot) {
       slot->complete(std::move(s));
-      release();
+      tracker_->done();
       return;
     }
-    Completion c{done, user_data, std::move(s), seq, release};
+    Completion c{done, user_data, std::move(s), seq, tracker_};
     if (polled_)
       polled_->push(std::move(c));
     else
@@ -181,28 +182,29 @@ void Communicator::close() {
       op->fail(s);
   });
   // Closing the connections (peers see the close at once) also releases every
-  // send still borrowing user memory.
-  if (owns_engine_) engine_->close_connections();
+  // send still borrowing user memory. Only the last communicator on the
+  // engine may do it; the others' sends are released as the transport ends
+  // them.
+  if (engine_lease_ && engine_lease_.use_count() == 1) engine_->close_connections();
   wait_idle();
 }
 
 void Communicator::wait_idle() {
-  std::unique_lock<std::mutex> g(mu_);
-  while (outstanding_ > 0) {
+  // A callback of this communicator that destroys it is itself still
+  // outstanding: wait for every other operation only.
+  const uint64_t own = running_tracker() == tracker_.get() ? 1 : 0;
+  std::unique_lock<std::mutex> g(tracker_->mu);
+  while (tracker_->outstanding > own) {
+    g.unlock();
     if (polled_) {
       // Polled mode: the remaining callbacks run here, on the destroying thread.
-      g.unlock();
       polled_->poll(UINT32_MAX, 10);
-      g.lock();
     } else if (engine_->completions().on_this_thread()) {
       // Destroyed from inside a callback: the completion thread is us.
-      g.unlock();
       engine_->completions().run_queued_inline();
-      g.lock();
-      if (outstanding_ > 0) idle_cv_.wait_for(g, std::chrono::milliseconds(10));
-    } else {
-      idle_cv_.wait_for(g, std::chrono::milliseconds(100));
     }
+    g.lock();
+    if (tracker_->outstanding > own) tracker_->cv.wait_for(g, std::chrono::milliseconds(10));
   }
 }
 

@@ -22,9 +22,18 @@ namespace nexar {
 
 class Communicator {
  public:
+  // owns_engine: this communicator starts the engine's lease; the engine shuts
+  // down when the last communicator holding the lease (this one or one split
+  // from it, in any order) is destroyed.
   Communicator(std::shared_ptr<Engine> engine, uint64_t comm_id, uint32_t rank,
                std::vector<uint32_t> world_of, bool owns_engine);
   ~Communicator();
+
+  // A communicator over some of this one's ranks (split): world_of maps its
+  // ranks to world ranks. It shares the engine and its lease, so it keeps
+  // working if this communicator is destroyed first.
+  std::unique_ptr<Communicator> make_child(uint64_t comm_id, uint32_t rank,
+                                           std::vector<uint32_t> world_of);
 
   uint32_t rank() const { return rank_; }
   uint32_t size() const { return static_cast<uint32_t>(world_of_.size()); }
@@ -56,6 +65,9 @@ class Communicator {
   void on_collective_mismatch(uint64_t seq, const Status &s);
   // Tells every peer that collective seq mismatched (after detecting it).
   void announce_mismatch(uint64_t seq, const std::string &detail);
+  // The split generation for the next split (splits start in collective
+  // order, so every rank draws the same numbers).
+  uint64_t next_split_generation() { return split_generation_++; }
   Status async_error() const;
   // Valid until the communicator is destroyed (the first async error is kept).
   const char *async_error_message() const;
@@ -71,7 +83,9 @@ class Communicator {
   uint64_t comm_id_;
   uint32_t rank_;
   std::vector<uint32_t> world_of_;
-  bool owns_engine_;
+  // Shared with every communicator split from this one; the last holder
+  // closes the connections and stops the engine (null: someone else does).
+  std::shared_ptr<void> engine_lease_;
   std::unique_ptr<PolledQueue> polled_;
   std::atomic<uint64_t> next_seq_{1};
   std::mutex coll_mu_;  // collective numbers follow submission order
@@ -79,9 +93,7 @@ class Communicator {
   std::atomic<int> state_{0};  // 0 open, 1 aborted, 2 closed
 
   // Operations submitted whose completion has not finished running.
-  std::mutex mu_;
-  std::condition_variable idle_cv_;
-  uint64_t outstanding_ = 0;
+  std::shared_ptr<OpTracker> tracker_ = std::make_shared<OpTracker>();
   mutable std::mutex err_mu_;
   Status async_error_;
 
@@ -90,6 +102,7 @@ class Communicator {
   // Mismatch notices for collectives this rank has not started yet.
   std::unordered_map<uint64_t, Status> early_mismatch_;
   uint64_t started_coll_seq_ = 0;
+  uint64_t split_generation_ = 0;
 };
 
 }  // namespace nexar

@@ -8,6 +8,11 @@
 namespace nexar {
 namespace {
 thread_local int t_callback_depth = 0;
+thread_local const OpTracker *t_running_tracker = nullptr;
+}  // namespace
+
+const OpTracker *running_tracker() {
+  return t_running_tracker;
 }
 
 bool in_user_callback() {
@@ -23,10 +28,12 @@ void Completion::run() {
     c.op_seq = seq;
     c.message = status.message.c_str();
     ++t_callback_depth;
+    const OpTracker *outer = std::exchange(t_running_tracker, tracker.get());
     done(user_data, &c);
+    t_running_tracker = outer;
     --t_callback_depth;
   }
-  if (after) after();
+  if (tracker) tracker->done();
 }
 
 CompletionThread::CompletionThread() {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -36,15 +37,34 @@ struct BlockingSlot {
   }
 };
 
+// Counts a communicator's operations from submission until their callback
+// has returned. Shared, so that a callback may destroy its own communicator.
+struct OpTracker {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t outstanding = 0;
+  void add() {
+    std::lock_guard<std::mutex> g(mu);
+    ++outstanding;
+  }
+  void done() {
+    std::lock_guard<std::mutex> g(mu);
+    if (--outstanding == 0) cv.notify_all();
+  }
+};
+
 // A finished operation on its way to a callback.
 struct Completion {
   nexar_done_fn done = nullptr;
   void *user_data = nullptr;
   Status status;
   uint64_t seq = 0;
-  std::function<void()> after;  // bookkeeping once the callback returned
-  void run();                   // invokes the callback, then `after`
+  std::shared_ptr<OpTracker> tracker;  // told once the callback returned
+  void run();                          // invokes the callback, then tells the tracker
 };
+
+// The tracker whose callback this thread is running now (nullptr if none).
+const OpTracker *running_tracker();
 
 // True while this thread runs a user callback (blocking calls then return
 // NEXAR_ERR_WOULD_DEADLOCK).

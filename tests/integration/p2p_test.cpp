@@ -365,3 +365,32 @@ TEST(P2P, MillionSmallMessagesStayFlat) {
   EXPECT_LT(rss_end, rss_after_first + (32u << 20))
       << "RSS grew from " << rss_after_first << " to " << rss_end;
 }
+
+// A callback may destroy its own communicator: destroy completes the other
+// pending operations (CLOSED) and returns; nothing runs afterwards.
+TEST(P2P, CallbackDestroysItsOwnCommunicator) {
+  nexar_comm_t *comms[2];
+  ASSERT_EQ(nexar_bootstrap_local(comms, 2, nullptr), NEXAR_OK);
+  struct Ctx {
+    nexar_comm_t *comm;
+    std::atomic<bool> destroyed{false};
+  } ctx{comms[1]};
+  Completions others;
+  uint64_t a = 0, b = 0, x = 5;
+  ASSERT_EQ(nexar_recv(comms[1], &b, 8, 0, 2, Completions::callback, &others), NEXAR_OK);
+  auto destroy_self = [](void *ud, const nexar_completion_t *c) {
+    EXPECT_EQ(c->status, NEXAR_OK);
+    auto *x = static_cast<Ctx *>(ud);
+    nexar_comm_destroy(x->comm);
+    x->destroyed = true;
+  };
+  ASSERT_EQ(nexar_recv(comms[1], &a, 8, 0, 1, destroy_self, &ctx), NEXAR_OK);
+  ASSERT_EQ(nexar_send(comms[0], &x, 8, 1, 1, nullptr, nullptr), NEXAR_OK);
+  for (int i = 0; i < 1000 && !ctx.destroyed; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(ctx.destroyed) << "destroy from a callback returned";
+  EXPECT_EQ(a, 5u);
+  ASSERT_EQ(others.count(), 1u);
+  EXPECT_EQ(others.records[0].status, NEXAR_ERR_CLOSED);
+  nexar_comm_destroy(comms[0]);
+}
