@@ -20,6 +20,5 @@ if [ "${NEXAR_SKIP_SANITIZERS:-0}" != "1" ]; then
     -DCMAKE_CXX_FLAGS="-O1 -fno-sanitize-recover=undefined"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      LSAN_OPTIONS="suppressions=$PWD/../tests/lsan.supp" \
-
      ctest --output-on-failure -j1 --timeout 1800)
 fi
