@@ -69,6 +69,10 @@ Status env_seconds_ms(const char *name, uint64_t *out_ms) {
   if (!v) return {};
   Status s = parse_seconds_ms(v, out_ms);
   if (!s) return error(s.code, format("%s=%s: %s", name, v, s.message.c_str()));
+  // Every wait is bounded: a zero (or sub-millisecond) duration is no bound.
+  if (*out_ms == 0)
+    return error(NEXAR_ERR_INVALID_ARGUMENT,
+                 format("%s=%s: must be at least 0.001 seconds", name, v));
   return {};
 }
 
@@ -158,8 +162,6 @@ Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size) {
     full.rank = static_cast<int32_t>(r);
   }
   if (!(s = env_u32("NEXAR_WORLD_SIZE", &full.world_size))) return s;
-  if (full.collective_timeout_ms == 0 || full.barrier_timeout_ms == 0 || full.p2p_timeout_ms == 0)
-    return error(NEXAR_ERR_INVALID_ARGUMENT, "NEXAR_*_TIMEOUT_SECS must be greater than zero");
 
   memcpy(opts, &full, full.struct_size);
   return {};

@@ -1,0 +1,114 @@
+// Mailbox: matching order, bounded buffering of unexpected messages (credit
+// withheld past the budget), per-tag state released, size mismatch.
+#include "client/mailbox.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/clock.h"
+
+namespace nexar {
+namespace {
+
+struct Fixture : ::testing::Test {
+  EventLoop loop{0};
+  OpContext op{&loop, 1, "test"};
+  Mailbox box{BufferPool::create(PoolProfile::Training)};
+  uint64_t deadline = now_ns() + 10 * 1000 * kNsPerMs;
+  MsgKey key(uint64_t tag) { return MsgKey{1, 2, 0, tag}; }
+  // Delivers a whole message; returns the credit handed back at once.
+  size_t arrive(uint64_t tag, const std::vector<uint8_t> &data) {
+    MessageSink *s = box.on_message(key(tag), data.size(), 0, nullptr, -1);
+    size_t credit = data.empty() ? 0 : s->write(data.data(), data.size());
+    s->finish(true);
+    return credit;
+  }
+};
+
+TEST_F(Fixture, UnexpectedMessagesWaitForTheirReceiveInOrder) {
+  arrive(5, {1, 2, 3});
+  arrive(5, {4, 5, 6});
+  arrive(9, {7});
+  EXPECT_EQ(box.keys(), 2u);
+  EXPECT_EQ(box.buffered_bytes(), 7u);
+  uint8_t a[3], b[3], c[1];
+  RecvWait w9(&box, &op, deadline, key(9), c, 1, 0, 1, "recv");
+  ASSERT_TRUE(w9.await_ready());
+  EXPECT_TRUE(w9.result().ok());
+  EXPECT_EQ(c[0], 7);
+  RecvWait w1(&box, &op, deadline, key(5), a, 3, 0, 1, "recv");
+  RecvWait w2(&box, &op, deadline, key(5), b, 3, 0, 1, "recv");
+  ASSERT_TRUE(w1.await_ready());
+  ASSERT_TRUE(w2.await_ready());
+  EXPECT_EQ(a[0], 1);
+  EXPECT_EQ(b[0], 4);
+  EXPECT_EQ(box.keys(), 0u) << "per-tag state is freed once idle";
+  EXPECT_EQ(box.buffered_bytes(), 0u);
+}
+
+TEST_F(Fixture, CreditIsWithheldPastTheBudget) {
+  std::vector<uint8_t> chunk(4 << 20, 1);
+  size_t credited = 0, total = 0;
+  for (int i = 0; i < 8; ++i) {  // 32 MiB of unexpected data from one peer
+    credited += arrive(100 + i, chunk);
+    total += chunk.size();
+  }
+  EXPECT_EQ(credited, kUnexpectedBudget) << "beyond the budget the sender is slowed";
+  EXPECT_EQ(box.buffered_bytes(), total);
+  std::vector<uint8_t> dst(chunk.size());
+  for (int i = 0; i < 8; ++i) {
+    RecvWait w(&box, &op, deadline, key(100 + i), dst.data(), dst.size(), 0, 1, "recv");
+    ASSERT_TRUE(w.await_ready());
+    ASSERT_TRUE(w.result().ok()) << w.result().message;
+  }
+  EXPECT_EQ(box.buffered_bytes(), 0u);
+  EXPECT_EQ(box.keys(), 0u);
+}
+
+TEST_F(Fixture, PostedReceiveTakesBytesDirectly) {
+  uint8_t dst[4] = {0};
+  RecvWait w(&box, &op, deadline, key(1), dst, 4, 0, 1, "recv");
+  EXPECT_FALSE(w.await_ready());
+  std::vector<uint8_t> data{9, 8, 7, 6};
+  MessageSink *s = box.on_message(key(1), 4, 0, nullptr, -1);
+  EXPECT_EQ(s->write(data.data(), 4), 4u) << "bytes into a posted buffer are credited at once";
+  EXPECT_EQ(box.buffered_bytes(), 0u);
+  s->finish(true);
+  EXPECT_TRUE(w.finished());
+  EXPECT_TRUE(w.result().ok());
+  EXPECT_EQ(memcmp(dst, data.data(), 4), 0);
+}
+
+TEST_F(Fixture, SizeMismatchAndCheckMismatch) {
+  arrive(3, {1, 2, 3, 4, 5});
+  uint8_t small[2];
+  RecvWait w(&box, &op, deadline, key(3), small, 2, 0, 1, "recv");
+  ASSERT_TRUE(w.await_ready());
+  EXPECT_EQ(w.result().code, NEXAR_ERR_SIZE_MISMATCH);
+  EXPECT_EQ(box.keys(), 0u) << "the mismatched message was consumed";
+  MessageSink *s = box.on_message(key(4), 1, /*check*/ 77, nullptr, -1);
+  uint8_t v = 1;
+  s->write(&v, 1);
+  s->finish(true);
+  RecvWait w2(&box, &op, deadline, key(4), small, 1, /*check*/ 78, 1, "allreduce #1");
+  ASSERT_TRUE(w2.await_ready());
+  EXPECT_EQ(w2.result().code, NEXAR_ERR_MISMATCH);
+  EXPECT_NE(w2.result().message.find("allreduce #1"), std::string::npos);
+}
+
+TEST_F(Fixture, PeerFailureFailsPostedReceives) {
+  uint8_t dst[4];
+  RecvWait w(&box, &op, deadline, key(1), dst, 4, 0, 1, "recv");
+  EXPECT_FALSE(w.await_ready());
+  box.fail_peer(1, error(NEXAR_ERR_PEER_FAILED, "gone", 1));
+  EXPECT_TRUE(w.finished());
+  EXPECT_EQ(w.result().code, NEXAR_ERR_PEER_FAILED);
+  RecvWait later(&box, &op, deadline, key(2), dst, 4, 0, 1, "recv");
+  EXPECT_TRUE(later.await_ready()) << "a receive from a dead peer fails at once";
+  EXPECT_EQ(later.result().code, NEXAR_ERR_PEER_FAILED);
+}
+
+}  // namespace
+}  // namespace nexar
