@@ -17,9 +17,4 @@ NEXAR_API nexar_status_t nexar_comm_init_from_env(nexar_comm_t **) {
   return NEXAR_NOT_YET(nexar_comm_init_from_env);
 }
 
-NEXAR_API nexar_status_t nexar_comm_split(nexar_comm_t *, uint32_t, uint32_t, nexar_comm_t **,
-                                          nexar_done_fn, void *) {
-  return NEXAR_NOT_YET(nexar_comm_split);
-}
-
 }  // extern "C"

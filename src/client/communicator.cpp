@@ -9,10 +9,7 @@ namespace nexar {
 
 Communicator::Communicator(std::shared_ptr<Engine> engine, uint64_t comm_id, uint32_t rank,
                            std::vector<uint32_t> world_of, bool owns_engine)
-    : engine_(std::move(engine)),
-      comm_id_(comm_id),
-      rank_(rank),
-      world_of_(std::move(world_of)) {
+    : engine_(std::move(engine)), comm_id_(comm_id), rank_(rank), world_of_(std::move(world_of)) {
   if (owns_engine)
     engine_lease_ = std::shared_ptr<void>(nullptr, [e = engine_](void *) { e->shutdown(); });
   if (engine_->config().completion_mode == NEXAR_COMPLETION_POLLED)
@@ -28,25 +25,23 @@ Communicator::~Communicator() {
 
 std::unique_ptr<Communicator> Communicator::make_child(uint64_t comm_id, uint32_t rank,
                                                        std::vector<uint32_t> world_of) {
-  auto child =
-      std::make_unique<Communicator>(engine_, comm_id, rank, std::move(world_of), false);
+  auto child = std::make_unique<Communicator>(engine_, comm_id, rank, std::move(world_of), false);
   child->engine_lease_ = engine_lease_;
   return child;
 }
 
 Status Communicator::submit(const char *name, Body body, nexar_done_fn done, void *user_data,
                             uint64_t *seq_out) {
-  return submit_op(name, std::move(body), done, user_data, 0, seq_out);
+  return submit_op(name, std::move(body), done, user_data, false, seq_out);
 }
 
 Status Communicator::submit_collective(const char *name, Body body, nexar_done_fn done,
                                        void *user_data) {
-  std::lock_guard<std::mutex> g(coll_mu_);
-  return submit_op(name, std::move(body), done, user_data, next_coll_seq_++, nullptr);
+  return submit_op(name, std::move(body), done, user_data, true, nullptr);
 }
 
 Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
-                               uint64_t coll_seq, uint64_t *seq_out) {
+                               bool collective, uint64_t *seq_out) {
   if (!done && in_user_callback())
     return error(NEXAR_ERR_WOULD_DEADLOCK,
                  format("%s: a blocking call (done == NULL) from inside a completion callback "
@@ -61,29 +56,41 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
   std::shared_ptr<BlockingSlot> slot;
   if (!done) slot = std::make_shared<BlockingSlot>();
   const std::string op_name = name;
-  bool posted = engine_->loop().post(
-      [this, seq, coll_seq, op_name, body = std::move(body), done, user_data, slot]() mutable {
-        auto op = std::make_unique<OpContext>(&engine_->loop(), seq, op_name);
-        OpContext *raw = op.release();  // owned by the running operation until deliver()
-        raw->set_coll_seq(coll_seq);
-        active_.insert(raw);
-        if (state_.load() != 0) {
-          raw->fail(error(state_.load() == 1 ? NEXAR_ERR_ABORTED : NEXAR_ERR_CLOSED,
-                          format("%s: the communicator was %s", op_name.c_str(),
-                                 state_.load() == 1 ? "aborted" : "closed")));
-        }
-        if (coll_seq) {
-          if (coll_seq > started_coll_seq_) started_coll_seq_ = coll_seq;
-          auto early = early_mismatch_.find(coll_seq);
-          if (early != early_mismatch_.end()) {
-            raw->fail(early->second);
-            early_mismatch_.erase(early);
+  // A collective's number is taken only once the call is accepted, and the
+  // command is queued under the same lock so numbers reach the loop in order.
+  bool posted;
+  {
+    std::unique_lock<std::mutex> numbering(coll_mu_, std::defer_lock);
+    uint64_t coll_seq = 0;
+    if (collective) {
+      numbering.lock();
+      coll_seq = next_coll_seq_++;
+    }
+    posted = engine_->loop().post(
+        [this, seq, coll_seq, op_name, body = std::move(body), done, user_data, slot]() mutable {
+          auto op = std::make_unique<OpContext>(&engine_->loop(), seq, op_name);
+          OpContext *raw = op.release();  // owned by the running operation until deliver()
+          raw->set_coll_seq(coll_seq);
+          active_.insert(raw);
+          if (state_.load() != 0) {
+            raw->fail(error(state_.load() == 1 ? NEXAR_ERR_ABORTED : NEXAR_ERR_CLOSED,
+                            format("%s: the communicator was %s", op_name.c_str(),
+                                   state_.load() == 1 ? "aborted" : "closed")));
           }
-        }
-        spawn(body(raw), [this, raw, done, user_data, slot](Status s) {
-          deliver(raw, std::move(s), done, user_data, slot);
+          if (coll_seq) {
+            if (coll_seq > started_coll_seq_) started_coll_seq_ = coll_seq;
+            auto early = early_mismatch_.find(coll_seq);
+            if (early != early_mismatch_.end()) {
+              raw->fail(early->second);
+              early_mismatch_.erase(early);
+            }
+          }
+          spawn(body(raw), [this, raw, done, user_data, slot](Status s) {
+            deliver(raw, std::move(s), done, user_data, slot);
+          });
         });
-      });
+    if (!posted && collective) --next_coll_seq_;
+  }
   if (!posted) {
     tracker_->done();
     return error(NEXAR_ERR_CLOSED, format("%s: the engine has stopped", name));

@@ -74,7 +74,7 @@ class Communicator {
 
  private:
   Status submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
-                   uint64_t coll_seq, uint64_t *seq_out);
+                   bool collective, uint64_t *seq_out);
   void deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
                std::shared_ptr<BlockingSlot> slot);
   void wait_idle();

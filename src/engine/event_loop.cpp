@@ -30,11 +30,13 @@ void EventLoop::start() {
   thread_ = std::thread([this, &m, &cv, &ready] {
     log::set_thread_rank(rank_);
     {
+      // Notify under the lock: start() may return (destroying cv) as soon as
+      // it sees `ready`.
       std::lock_guard<std::mutex> g(m);
       thread_id_ = std::this_thread::get_id();
       ready = true;
+      cv.notify_one();
     }
-    cv.notify_one();
     ev_run(loop_, 0);
     drain_commands();  // commands posted during shutdown still run
     run_ready();
