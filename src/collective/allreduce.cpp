@@ -1,0 +1,333 @@
+// Allreduce: every rank gets the element-wise reduction of every rank's
+// vector (count elements). p ranks, n bytes, alpha = message latency,
+// beta = time per byte, gamma = reduction time per byte.
+//
+// * Recursive doubling (small vectors, below kRecursiveDoublingMaxBytes).
+//   log2(p) rounds; in each, a rank exchanges its whole vector with the rank
+//   whose virtual rank differs in one bit and combines the two. Any p: MPICH's
+//   fold (sched::Fold) first pairs up the first 2*rem ranks (rem = p - pof2),
+//   the even one hands its vector to the odd one and gets the result back at
+//   the end.
+//   Cost: log2(pof2) (alpha + n beta + n gamma), plus 2 alpha + 2 n beta +
+//   n gamma when p is not a power of two.
+//   Bit-identical results: both partners compute (lower half op upper half),
+//   where "lower" holds the data of lower real ranks, so every rank evaluates
+//   the same reduction tree with the same operands in the same order.
+// * Recursive halving-doubling, Rabenseifner (medium vectors, up to
+//   NEXAR_LARGE_MSG_BYTES). The same fold, then a reduce-scatter by recursive
+//   halving (partners at distance 1, 2, ..., pof2/2; both hold the same
+//   window and the lower one keeps its lower half; each virtual rank ends with
+//   one of pof2 blocks) and an allgather by recursive doubling (the same
+//   rounds backwards).
+//   Cost: 2 log2(pof2) alpha + 2 n (pof2-1)/pof2 beta + n (pof2-1)/pof2 gamma,
+//   plus the fold as above. Each element is reduced once, on its block's
+//   owner, and copied from there: bit-identical everywhere.
+// * Segmented ring (large vectors, from NEXAR_LARGE_MSG_BYTES): a ring
+//   reduce-scatter (p-1 steps; rank r ends with block r, blocks differ by at
+//   most one element) fused with a ring allgather (p-1 steps), every block cut
+//   into segments of at most NEXAR_PIPELINE_SEGMENT_BYTES (at least two), and
+//   the reduction of one segment overlapping the transfer of the next (see
+//   ring.h). Cost: 2 (p-1) S alpha + 2 n (p-1)/p beta + n (p-1)/p gamma for S
+//   segments per block. Each element is reduced once along the ring, then
+//   copied: bit-identical everywhere.
+//
+// Restrictions: none on p or count (count < p leaves blocks empty; count == 0
+// completes at once); ops are commutative (all NEXAR_OP_* are). In place
+// (sendbuf == recvbuf) works; sendbuf is never written.
+// NEXAR_ALLREDUCE_ALGO=auto|recursive_doubling|halving_doubling|ring forces
+// an algorithm (read once per process); any other value fails every
+// allreduce with NEXAR_ERR_INVALID_ARGUMENT naming the variable.
+//
+// References: Thakur, Rabenseifner & Gropp, "Optimization of Collective
+// Communication Operations in MPICH" (IJHPCA 2005); MPICH
+// allreduce_intra_recursive_doubling.c and
+// allreduce_intra_reduce_scatter_allgather.c; Patarasuk & Yuan, "Bandwidth
+// optimal all-reduce algorithms for clusters of workstations" (JPDC 2009);
+// gloo/allreduce.cc (segmented ring).
+#include <cstdlib>
+#include <string>
+
+#include "collective/collectives.h"
+#include "collective/ring.h"
+#include "collective/schedule.h"
+#include "core/log.h"
+#include "core/reduce.h"
+
+namespace nexar {
+namespace {
+
+using sched::step_id;
+
+// Below this many bytes recursive doubling beats halving-doubling (fewer
+// rounds; the extra bytes do not matter yet).
+constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
+
+// Message phases (sched::step_id). Every algorithm's first message is step
+// 0: the fold's messages (between 2i and 2i+1, which never meet in a round)
+// and round 0 (partners v and v ^ 1) share it, as does the ring's first unit,
+// so ranks that disagree about the algorithm because they were called with
+// different arguments mostly still meet on a message whose check differs and
+// report NEXAR_ERR_MISMATCH instead of timing out.
+constexpr uint32_t kPhaseFoldIn = 0, kPhaseRounds = 0, kPhaseFoldOut = 1, kPhaseGather = 2,
+                   kPhaseRing = 0;
+
+enum class Algo { Auto = 0, RecursiveDoubling, HalvingDoubling, Ring, Invalid };
+constexpr const char *kAlgoNames[] = {"auto", "recursive_doubling", "halving_doubling", "ring"};
+
+// The variable as read at first use (kept for messages).
+const char *env_text() {
+  static const std::string text = [] {
+    const char *t = std::getenv("NEXAR_ALLREDUCE_ALGO");
+    return std::string(t ? t : "");
+  }();
+  return text.c_str();
+}
+
+Algo forced_algo() {
+  static const Algo algo = [] {
+    const int i = sched::parse_choice(env_text(), kAlgoNames, 4);
+    if (i < 0) {
+      LOG_WARN(
+          "NEXAR_ALLREDUCE_ALGO=%s is not auto, recursive_doubling, halving_doubling or "
+          "ring: every allreduce fails",
+          env_text());
+      return Algo::Invalid;
+    }
+    return static_cast<Algo>(i);
+  }();
+  return algo;
+}
+
+struct Vec {
+  const uint8_t *src;  // this rank's contribution (the user's sendbuf)
+  uint8_t *dst;        // the result (the user's recvbuf; may equal src)
+  size_t count;
+  size_t esize;
+  uint64_t bytes;
+  nexar_dtype_t dtype;
+  nexar_op_t op;
+};
+
+Vec vec_of(const Coll &c) {
+  const CollArgs &a = c.args();
+  return {static_cast<const uint8_t *>(a.sendbuf),
+          static_cast<uint8_t *>(a.recvbuf),
+          a.count,
+          c.esize(),
+          uint64_t{a.count} * c.esize(),
+          a.dtype,
+          a.op};
+}
+
+// dst = (lower op upper) where dst already holds one side and other the
+// other; `mine_is_lower` tells which. Keeps the operand order the same on
+// both partners of an exchange.
+void combine(const Vec &v, uint8_t *dst, const uint8_t *other, size_t elems, bool mine_is_lower) {
+  if (mine_is_lower)
+    reduce_inplace(dst, other, elems, v.dtype, v.op);
+  else
+    reduce_out(dst, other, dst, elems, v.dtype, v.op);
+}
+
+// The fold into the power-of-two group. A rank that sits out sends its vector
+// and receives the result (returns done = true). An absorbing rank combines
+// the vector of rank - 1 (lower) with its own into dst; the others copy
+// sendbuf into recvbuf.
+Task<Status> fold_in(Coll &c, const sched::Fold &f, const Vec &v, uint8_t *tmp, bool *done) {
+  const uint32_t me = c.rank();
+  *done = false;
+  if (f.sits_out(me)) {
+    Status s = co_await c.send(me + 1, step_id(kPhaseFoldIn, 0), v.src, v.bytes);
+    if (!s) co_return s;
+    *done = true;
+    co_return co_await c.recv(me + 1, step_id(kPhaseFoldOut, 0), v.dst, v.bytes);
+  }
+  if (f.absorbs(me)) {
+    Status s = co_await c.recv(me - 1, step_id(kPhaseFoldIn, 0), tmp, v.bytes);
+    if (!s) co_return s;
+    reduce_out(v.dst, tmp, v.src, v.count, v.dtype, v.op);
+  } else {
+    copy_unless_same(v.dst, v.src, v.bytes);
+  }
+  co_return Status();
+}
+
+Task<Status> fold_out(Coll &c, const sched::Fold &f, const Vec &v) {
+  if (!f.absorbs(c.rank())) co_return Status();
+  co_return co_await c.send(c.rank() - 1, step_id(kPhaseFoldOut, 0), v.dst, v.bytes);
+}
+
+Task<Status> recursive_doubling(Coll &c) {
+  const Vec v = vec_of(c);
+  const sched::Fold f(c.size());
+  PooledBuf tmp;
+  if (!f.sits_out(c.rank())) tmp = c.pool().checkout(static_cast<size_t>(v.bytes));
+  bool done = false;
+  Status s = co_await fold_in(c, f, v, tmp.data(), &done);
+  if (!s || done) co_return s;
+  const uint32_t me_v = f.vrank(c.rank());
+  uint32_t round = 0;
+  for (uint32_t mask = 1; mask < f.pof2; mask <<= 1, ++round) {
+    const uint32_t peer_v = me_v ^ mask, peer = f.real(peer_v);
+    s = co_await c.sendrecv(peer, v.dst, v.bytes, peer, tmp.data(), v.bytes,
+                            step_id(kPhaseRounds, round));
+    if (!s) co_return s;
+    combine(v, v.dst, tmp.data(), v.count, me_v < peer_v);
+  }
+  co_return co_await fold_out(c, f, v);
+}
+
+Task<Status> halving_doubling(Coll &c) {
+  const Vec v = vec_of(c);
+  const sched::Fold f(c.size());
+  const sched::ChunkLayout blocks(v.count, f.pof2);
+  const uint32_t me = c.rank();
+  // Scratch: the whole vector for the fold, else the first (largest) kept half.
+  const size_t half = blocks.range_length(0, f.pof2 / 2);
+  const size_t scratch = f.absorbs(me) ? v.count : (f.sits_out(me) ? 0 : half);
+  PooledBuf tmp;
+  if (scratch) tmp = c.pool().checkout(scratch * v.esize);
+  bool done = false;
+  Status s = co_await fold_in(c, f, v, tmp.data(), &done);
+  if (!s || done) co_return s;
+  const uint32_t me_v = f.vrank(me), rounds = sched::log2_floor(f.pof2);
+  // Reduce-scatter by recursive halving: afterwards one block is complete.
+  for (uint32_t k = 0; k < rounds; ++k) {
+    const sched::HalvingRound h = sched::halving_round(me_v, f.pof2, k);
+    const uint32_t peer = f.real(h.partner);
+    const size_t keep_off = blocks.offset(h.keep_first),
+                 keep_len = blocks.range_length(h.keep_first, h.keep_end);
+    const size_t give_off = blocks.offset(h.give_first),
+                 give_len = blocks.range_length(h.give_first, h.give_end);
+    s = co_await c.sendrecv(peer, v.dst + give_off * v.esize, give_len * v.esize, peer, tmp.data(),
+                            keep_len * v.esize, step_id(kPhaseRounds, k));
+    if (!s) co_return s;
+    combine(v, v.dst + keep_off * v.esize, tmp.data(), keep_len, me_v < h.partner);
+  }
+  // Allgather by recursive doubling: the rounds backwards, each doubling the
+  // complete window.
+  for (uint32_t k = rounds; k-- > 0;) {
+    const sched::HalvingRound h = sched::halving_round(me_v, f.pof2, k);
+    const uint32_t peer = f.real(h.partner);
+    const size_t mine_off = blocks.offset(h.keep_first),
+                 mine_len = blocks.range_length(h.keep_first, h.keep_end);
+    const size_t their_off = blocks.offset(h.give_first),
+                 their_len = blocks.range_length(h.give_first, h.give_end);
+    s = co_await c.sendrecv(peer, v.dst + mine_off * v.esize, mine_len * v.esize, peer,
+                            v.dst + their_off * v.esize, their_len * v.esize,
+                            step_id(kPhaseGather, k));
+    if (!s) co_return s;
+  }
+  co_return co_await fold_out(c, f, v);
+}
+
+// Ring reduce-scatter then ring allgather, one pass of 2(p-1) steps. Step s
+// < p-1 (reduce-scatter): send block r-s-1 (at s = 0 straight from sendbuf,
+// later the partial reduced in recvbuf one step before), receive block r-s-2
+// into a scratch slot and reduce it into recvbuf as (incoming op own); at
+// s = p-2 that completes block r. Step p-1+t (allgather): send block r-t,
+// receive block r-t-1 straight into recvbuf.
+class AllreduceRing : public RingPlan {
+ public:
+  AllreduceRing(const Coll &c, const Vec &v, uint32_t segs, uint8_t *scratch)
+      : v_(v),
+        n_(c.size()),
+        me_(c.rank()),
+        blocks_(v.count, c.size()),
+        segs_(segs),
+        slot_bytes_(sched::ChunkLayout(blocks_.max_length(), segs).max_length() * v.esize),
+        scratch_(scratch) {}
+
+  static size_t scratch_bytes(const Coll &c, const Vec &v, uint32_t segs) {
+    const sched::ChunkLayout b(v.count, c.size());
+    return 2 * sched::ChunkLayout(b.max_length(), segs).max_length() * v.esize;
+  }
+
+  ConstPiece send_piece(uint32_t s, uint32_t j) override {
+    const uint32_t b = send_block(s);
+    return const_piece(s == 0 ? v_.src : v_.dst, blocks_.offset(b), blocks_.length(b), j, segs_,
+                       v_.esize);
+  }
+  MutPiece recv_piece(uint32_t s, uint32_t j) override {
+    const uint32_t b = recv_block(s);
+    if (s >= n_ - 1)
+      return mut_piece(v_.dst, blocks_.offset(b), blocks_.length(b), j, segs_, v_.esize);
+    return {slot(s, j), sched::ChunkLayout(blocks_.length(b), segs_).length(j) * v_.esize};
+  }
+  bool processes(uint32_t s) const override { return s < n_ - 1; }
+  MutPiece process_target(uint32_t s, uint32_t j) override {
+    const uint32_t b = recv_block(s);
+    return mut_piece(v_.dst, blocks_.offset(b), blocks_.length(b), j, segs_, v_.esize);
+  }
+  void process(uint32_t s, uint32_t j) override {
+    const uint32_t b = recv_block(s);
+    const MutPiece out = process_target(s, j);
+    const ConstPiece own =
+        const_piece(v_.src, blocks_.offset(b), blocks_.length(b), j, segs_, v_.esize);
+    reduce_out(out.data, slot(s, j), own.data, out.bytes / v_.esize, v_.dtype, v_.op);
+  }
+
+ private:
+  uint32_t send_block(uint32_t s) const {
+    return s < n_ - 1 ? sched::rs_send_block(me_, s, n_)
+                      : sched::ag_send_block(me_, s - (n_ - 1), n_);
+  }
+  uint32_t recv_block(uint32_t s) const {
+    return s < n_ - 1 ? sched::rs_recv_block(me_, s, n_)
+                      : sched::ag_recv_block(me_, s - (n_ - 1), n_);
+  }
+  uint8_t *slot(uint32_t s, uint32_t j) const {
+    return scratch_ + ((uint64_t{s} * segs_ + j) % 2) * slot_bytes_;
+  }
+
+  Vec v_;
+  uint32_t n_, me_;
+  sched::ChunkLayout blocks_;
+  uint32_t segs_;
+  size_t slot_bytes_;
+  uint8_t *scratch_;
+};
+
+Task<Status> ring(Coll &c) {
+  const Vec v = vec_of(c);
+  const uint32_t n = c.size(), steps = 2 * (n - 1);
+  const uint32_t segs = ring_segments(c, steps, sched::ChunkLayout(v.count, n).max_length(), true);
+  PooledBuf scratch = c.pool().checkout(AllreduceRing::scratch_bytes(c, v, segs));
+  AllreduceRing plan(c, v, segs, scratch.data());
+  co_return co_await run_ring(c, kPhaseRing, steps, segs, plan);
+}
+
+}  // namespace
+
+Task<Status> allreduce(Coll &c) {
+  const Vec v = vec_of(c);
+  if (c.size() == 1) {
+    copy_unless_same(v.dst, v.src, v.bytes);
+    co_return Status();
+  }
+  if (v.count == 0) co_return Status();
+  Algo algo = forced_algo();
+  if (algo == Algo::Invalid)
+    co_return error(NEXAR_ERR_INVALID_ARGUMENT,
+                    format("%s: NEXAR_ALLREDUCE_ALGO=%s is not one of auto, recursive_doubling, "
+                           "halving_doubling, ring",
+                           c.what(), env_text()));
+  if (algo == Algo::Auto) {
+    if (v.bytes >= c.config().large_msg_bytes)
+      algo = Algo::Ring;
+    else if (v.bytes < kRecursiveDoublingMaxBytes)
+      algo = Algo::RecursiveDoubling;
+    else
+      algo = Algo::HalvingDoubling;
+  }
+  switch (algo) {
+    case Algo::RecursiveDoubling:
+      co_return co_await recursive_doubling(c);
+    case Algo::HalvingDoubling:
+      co_return co_await halving_doubling(c);
+    default:
+      co_return co_await ring(c);
+  }
+}
+
+}  // namespace nexar

@@ -1,0 +1,236 @@
+// Broadcast: the root's buffer (count elements) ends up in every rank's
+// buffer. Ranks are renumbered v = (r - root) mod p so the root is 0.
+//
+// * Binomial tree (below NEXAR_LARGE_MSG_BYTES, and always for p <= 2): v
+//   receives the whole buffer from v minus its lowest set bit, then sends it
+//   to its children v + 2^k (all below its lowest set bit) at once.
+//   Cost: ceil(log2 p) (alpha + n beta); the root sends n ceil(log2 p).
+// * Pipelined chain (from NEXAR_LARGE_MSG_BYTES with p >= 3): v receives the
+//   buffer from v-1 segment by segment (segments of at most
+//   NEXAR_PIPELINE_SEGMENT_BYTES, about 2p of them, none below 64 KiB) and
+//   forwards each to v+1 as soon as it has arrived, with up to kSendWindow
+//   sends in flight. Every link carries n exactly once.
+//   Cost: (p - 2 + S) (alpha + n/S beta) for S segments.
+// * Scatter + ring allgather, van de Geijn (only when forced): the buffer is
+//   cut into p blocks in virtual-rank order (early blocks one element
+//   longer); a binomial scatter gives every v the blocks of its subtree, in
+//   one message per tree edge, then a ring allgather over virtual ranks
+//   (segmented like allgather) completes everyone.
+//   Cost: (ceil(log2 p) + (p-1) S) alpha + 2 n (p-1)/p beta.
+// Measured with in-process worlds on 2 cores (docs/collectives.md), where
+// all ranks share the CPUs and the total bytes moved decide: the binomial
+// tree is as fast as the chain and faster than scatter + allgather at every
+// size. Across hosts the root's link decides, and the chain (n per link)
+// beats the tree (n log2 p out of the root) for large buffers; hence the
+// chain from NEXAR_LARGE_MSG_BYTES on.
+// NEXAR_BROADCAST_ALGO=auto|binomial|chain|scatter_allgather forces one
+// (read once per process); any other value fails every broadcast with
+// NEXAR_ERR_INVALID_ARGUMENT naming the variable.
+//
+// Restrictions: none (any p and root; count == 0 completes at once).
+//
+// References: Thakur, Rabenseifner & Gropp (IJHPCA 2005), section 4.1;
+// Barnett, Payne, van de Geijn & Watts, "Broadcasting on meshes with
+// wormhole routing" (JPDC 1996); MPICH bcast_intra_binomial.c and
+// bcast_intra_scatter_ring_allgather.c; Open MPI coll_base_bcast_intra_chain.
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "collective/collectives.h"
+#include "collective/ring.h"
+#include "collective/schedule.h"
+#include "core/log.h"
+
+namespace nexar {
+namespace {
+
+using sched::Binomial;
+using sched::step_id;
+
+constexpr uint32_t kPhaseTree = 0, kPhaseScatter = 0, kPhaseChain = 0, kPhaseRing = 1;
+
+// Chain segments are at least this large (smaller ones cost more in
+// per-message overhead than they gain in pipelining).
+constexpr uint64_t kChainMinSegmentBytes = 64 << 10;  // first message: step 0
+
+enum class Algo { Auto = 0, Binomial, ScatterAllgather, Chain, Invalid };
+constexpr const char *kAlgoNames[] = {"auto", "binomial", "scatter_allgather", "chain"};
+
+const char *env_text() {
+  static const std::string text = [] {
+    const char *t = std::getenv("NEXAR_BROADCAST_ALGO");
+    return std::string(t ? t : "");
+  }();
+  return text.c_str();
+}
+
+Algo forced_algo() {
+  static const Algo algo = [] {
+    const int i = sched::parse_choice(env_text(), kAlgoNames, 4);
+    if (i < 0) {
+      LOG_WARN(
+          "NEXAR_BROADCAST_ALGO=%s is not auto, binomial or scatter_allgather: every "
+          "broadcast fails",
+          env_text());
+      return Algo::Invalid;
+    }
+    return static_cast<Algo>(i);
+  }();
+  return algo;
+}
+
+// Sends [first, last) of buf (element offsets) to each child of v at once;
+// child i gets range_of(child).
+template <class RangeOf>
+Task<Status> send_to_children(Coll &c, uint32_t v, uint32_t step, RangeOf range_of) {
+  const uint32_t n = c.size(), root = c.args().root;
+  const uint32_t kids = Binomial::num_children(v, n);
+  std::vector<Task<Status>> sends;
+  // Largest subtree first: it has the longest way to go.
+  for (uint32_t i = kids; i-- > 0;) {
+    const uint32_t child = Binomial::child(v, i);
+    const auto [data, bytes] = range_of(child);
+    sends.push_back(c.send(sched::from_vrank(child, root, n), step, data, bytes));
+  }
+  co_return co_await when_all(c.op(), std::move(sends));
+}
+
+Task<Status> binomial(Coll &c) {
+  const uint32_t n = c.size(), root = c.args().root;
+  const uint32_t v = sched::to_vrank(c.rank(), root, n);
+  uint8_t *buf = static_cast<uint8_t *>(c.args().recvbuf);
+  const uint64_t bytes = uint64_t{c.args().count} * c.esize();
+  const uint32_t step = step_id(kPhaseTree, 0);
+  if (v != 0) {
+    const uint32_t parent = static_cast<uint32_t>(Binomial::parent(v));
+    Status s = co_await c.recv(sched::from_vrank(parent, root, n), step, buf, bytes);
+    if (!s) co_return s;
+  }
+  co_return co_await send_to_children(c, v, step, [&](uint32_t) { return ConstPiece{buf, bytes}; });
+}
+
+// Allgather over virtual ranks: block v (of p, in virtual-rank order) starts
+// on virtual rank v.
+class BroadcastRing : public RingPlan {
+ public:
+  BroadcastRing(const Coll &c, uint32_t v, uint32_t segs)
+      : buf_(c.args().recvbuf),
+        blocks_(c.args().count, c.size()),
+        esize_(c.esize()),
+        n_(c.size()),
+        v_(v),
+        segs_(segs) {}
+  ConstPiece send_piece(uint32_t s, uint32_t j) override {
+    const uint32_t b = sched::ag_send_block(v_, s, n_);
+    return const_piece(buf_, blocks_.offset(b), blocks_.length(b), j, segs_, esize_);
+  }
+  MutPiece recv_piece(uint32_t s, uint32_t j) override {
+    const uint32_t b = sched::ag_recv_block(v_, s, n_);
+    return mut_piece(buf_, blocks_.offset(b), blocks_.length(b), j, segs_, esize_);
+  }
+  bool processes(uint32_t) const override { return false; }
+  void process(uint32_t, uint32_t) override {}
+
+ private:
+  void *buf_;
+  sched::ChunkLayout blocks_;
+  size_t esize_;
+  uint32_t n_, v_, segs_;
+};
+
+Task<Status> scatter_allgather(Coll &c) {
+  const uint32_t n = c.size(), root = c.args().root;
+  const uint32_t v = sched::to_vrank(c.rank(), root, n);
+  uint8_t *buf = static_cast<uint8_t *>(c.args().recvbuf);
+  const size_t es = c.esize();
+  const sched::ChunkLayout blocks(c.args().count, n);
+  // The blocks of w's subtree: [w, subtree_end(w)), contiguous in the buffer.
+  auto subtree = [&](uint32_t w) {
+    const uint32_t end = Binomial::subtree_end(w, n);
+    return MutPiece{buf + blocks.offset(w) * es, blocks.range_length(w, end) * es};
+  };
+  const uint32_t step = step_id(kPhaseScatter, 0);
+  if (v != 0) {
+    const uint32_t parent = static_cast<uint32_t>(Binomial::parent(v));
+    const MutPiece mine = subtree(v);
+    Status s = co_await c.recv(sched::from_vrank(parent, root, n), step, mine.data, mine.bytes);
+    if (!s) co_return s;
+  }
+  Status s = co_await send_to_children(c, v, step, [&](uint32_t w) {
+    const MutPiece p = subtree(w);
+    return ConstPiece{p.data, p.bytes};
+  });
+  if (!s) co_return s;
+  const uint32_t segs = ring_segments(c, n - 1, blocks.max_length(), false);
+  BroadcastRing plan(c, v, segs);
+  co_return co_await run_ring(c, kPhaseRing, n - 1, segs, plan);
+}
+
+// Segments of the chain: at most pipeline_segment_bytes, and small enough
+// that a message is cut into about 2p of them (so the pipeline fills), but
+// not below kChainMinSegmentBytes.
+uint32_t chain_segments(const Coll &c) {
+  const uint64_t bytes = uint64_t{c.args().count} * c.esize();
+  const uint64_t seg = std::min<uint64_t>(
+      c.config().pipeline_segment_bytes,
+      std::max<uint64_t>(kChainMinSegmentBytes, bytes / (2 * uint64_t{c.size()})));
+  return sched::segments_per_block(c.args().count, c.esize(), seg, 1, sched::kMaxStepIndex + 1);
+}
+
+Task<Status> chain_units(Coll &c, SendWindow &window) {
+  const uint32_t n = c.size(), root = c.args().root;
+  const uint32_t v = sched::to_vrank(c.rank(), root, n);
+  const uint32_t prev = sched::from_vrank(v + n - 1, root, n),
+                 next = sched::from_vrank(v + 1, root, n);
+  const uint32_t segs = chain_segments(c);
+  for (uint32_t j = 0; j < segs; ++j) {
+    const MutPiece piece = mut_piece(c.args().recvbuf, 0, c.args().count, j, segs, c.esize());
+    const uint32_t step = step_id(kPhaseChain, j);
+    if (v != 0) {
+      Status s = co_await c.recv(prev, step, piece.data, piece.bytes);
+      if (!s) co_return s;
+    }
+    if (v + 1 == n) continue;
+    Status s = co_await window.wait_until([&] { return window.running() < kSendWindow; });
+    if (!s) co_return s;
+    window.start(next, step, ConstPiece{piece.data, piece.bytes});
+  }
+  co_return co_await window.wait_until([&] { return window.running() == 0; });
+}
+
+Task<Status> chain(Coll &c) {
+  SendWindow window(c);
+  Status s;
+  std::exception_ptr ex;
+  try {
+    s = co_await chain_units(c, window);
+  } catch (...) {
+    ex = std::current_exception();
+  }
+  co_await window.drain();  // the sends refer to the window
+  if (ex) std::rethrow_exception(ex);
+  co_return s;
+}
+
+}  // namespace
+
+Task<Status> broadcast(Coll &c) {
+  const uint32_t n = c.size();
+  const uint64_t bytes = uint64_t{c.args().count} * c.esize();
+  if (n == 1 || bytes == 0) co_return Status();
+  Algo algo = forced_algo();
+  if (algo == Algo::Invalid)
+    co_return error(NEXAR_ERR_INVALID_ARGUMENT,
+                    format("%s: NEXAR_BROADCAST_ALGO=%s is not one of auto, binomial, "
+                           "scatter_allgather, chain",
+                           c.what(), env_text()));
+  if (algo == Algo::Auto)
+    algo = n >= 3 && bytes >= c.config().large_msg_bytes ? Algo::Chain : Algo::Binomial;
+  if (algo == Algo::Binomial) co_return co_await binomial(c);
+  if (algo == Algo::Chain) co_return co_await chain(c);
+  co_return co_await scatter_allgather(c);
+}
+
+}  // namespace nexar
