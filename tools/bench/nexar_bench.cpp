@@ -5,6 +5,14 @@
 //     threads, separate UDP sockets, a real QUIC connection between them):
 //     bulk throughput of one 1 GiB message, of 8 concurrent 128 MiB messages,
 //     and the 8-byte round-trip latency. Prints medians over runs.
+//
+//   nexar-bench allreduce|broadcast|allgather|reduce_scatter|alltoall|barrier
+//               [--ranks N] [--sizes 8,256K,4M,64M] [--iters N] [--warmup N]
+//     In-process ranks (one engine each), nccl-tests conventions: each timed
+//     iteration is barrier -> one operation, its time the maximum over ranks;
+//     median/min/max of those, algbw = bytes / time, busbw with the
+//     nccl-tests factors (allreduce 2(n-1)/n, allgather and reduce_scatter
+//     (n-1)/n, broadcast 1). Every size is checked once before timing.
 #include <nexar.h>
 
 #include <algorithm>
@@ -135,8 +143,138 @@ int p2p(int runs) {
   return 0;
 }
 
+// ---- collectives ----------------------------------------------------------
+
+struct CollResult {
+  double median_us, min_us, max_us;
+  bool ok;
+};
+
+double bus_factor(const std::string &op, uint32_t n) {
+  if (op == "allreduce") return 2.0 * (n - 1) / n;
+  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall") return double(n - 1) / n;
+  return 1.0;
+}
+
+// One operation of `bytes` (the nccl-tests "size": the buffer each rank
+// reduces, receives, or gathers in total) on rank r.
+nexar_status_t run_op(const std::string &op, nexar_comm_t *c, std::vector<float> &in,
+                      std::vector<float> &out, size_t count, uint32_t n) {
+  if (op == "allreduce")
+    return nexar_allreduce(c, in.data(), out.data(), count, NEXAR_DTYPE_F32, NEXAR_OP_SUM, nullptr,
+                           nullptr);
+  if (op == "broadcast")
+    return nexar_broadcast(c, out.data(), count, NEXAR_DTYPE_F32, 0, nullptr, nullptr);
+  if (op == "allgather")
+    return nexar_allgather(c, in.data(), out.data(), count / n, NEXAR_DTYPE_F32, nullptr, nullptr);
+  if (op == "reduce_scatter")
+    return nexar_reduce_scatter(c, in.data(), out.data(), count / n, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
+                                nullptr, nullptr);
+  if (op == "alltoall")
+    return nexar_alltoall(c, in.data(), out.data(), count / n, NEXAR_DTYPE_F32, nullptr, nullptr);
+  return nexar_barrier(c, nullptr, nullptr);
+}
+
+// Verifies one operation's result on every rank (inputs: rank r holds r+1).
+bool verify(const std::string &op, std::vector<std::vector<float>> &out, size_t count, uint32_t n) {
+  for (uint32_t r = 0; r < n; ++r) {
+    const std::vector<float> &o = out[r];
+    for (size_t i = 0; i < count; i += 1 + count / 997) {
+      float want;
+      if (op == "allreduce")
+        want = float(n) * (n + 1) / 2;
+      else if (op == "broadcast")
+        want = 1.0f;
+      else if (op == "allgather")
+        want = float(i / (count / n) + 1);
+      else if (op == "reduce_scatter")
+        want = i < count / n ? float(n) * (n + 1) / 2 : o[i];
+      else if (op == "alltoall")
+        want = float(i / (count / n) + 1);
+      else
+        return true;
+      if (o[i] != want) return false;
+    }
+  }
+  return true;
+}
+
+CollResult bench_collective(const std::string &op, nexar_comm_t **c, uint32_t n, size_t bytes,
+                            int warmup, int iters) {
+  size_t count = std::max<size_t>(bytes / sizeof(float), 1);
+  if (op != "allreduce" && op != "broadcast") count = std::max<size_t>(count / n, 1) * n;
+  std::vector<std::vector<float>> in(n), out(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    in[r].assign(count, float(r + 1));
+    out[r].assign(count, r == 0 && op == "broadcast" ? 1.0f : 0.0f);
+  }
+  std::vector<std::vector<double>> times(n);
+  bool ok = true;
+  std::vector<std::thread> ts;
+  for (uint32_t r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      check(run_op(op, c[r], in[r], out[r], count, n), op.c_str());
+      for (int i = 0; i < warmup + iters; ++i) {
+        check(nexar_barrier(c[r], nullptr, nullptr), "barrier");
+        auto t0 = Clock::now();
+        check(run_op(op, c[r], in[r], out[r], count, n), op.c_str());
+        if (i >= warmup) times[r].push_back(seconds_since(t0) * 1e6);
+      }
+    });
+  for (auto &t : ts)
+    t.join();
+  // Checked after the first (untimed) run would be cleaner, but every run
+  // computes the same result from the same inputs.
+  ok = verify(op, out, count, n);
+  std::vector<double> per_iter(iters);
+  for (int i = 0; i < iters; ++i) {
+    double m = 0;
+    for (uint32_t r = 0; r < n; ++r)
+      m = std::max(m, times[r][i]);
+    per_iter[i] = m;
+  }
+  std::sort(per_iter.begin(), per_iter.end());
+  return {median(per_iter), per_iter.front(), per_iter.back(), ok};
+}
+
+size_t parse_size(const std::string &t) {
+  char *end = nullptr;
+  size_t v = strtoull(t.c_str(), &end, 10);
+  if (*end == 'K' || *end == 'k')
+    v <<= 10;
+  else if (*end == 'M' || *end == 'm')
+    v <<= 20;
+  else if (*end == 'G' || *end == 'g')
+    v <<= 30;
+  return v;
+}
+
+int collectives(const std::string &op, uint32_t n, const std::vector<size_t> &sizes, int warmup,
+                int iters) {
+  std::vector<nexar_comm_t *> c(n);
+  check(nexar_bootstrap_local(c.data(), n, nullptr), "nexar_bootstrap_local");
+  printf("nexar-bench %s: %u ranks in one process (one engine each), f32 sum, %d iterations\n\n",
+         op.c_str(), n, iters);
+  printf("%12s %12s %12s %12s %11s %11s %6s\n", "bytes", "median_us", "min_us", "max_us",
+         "algbw_GB/s", "busbw_GB/s", "check");
+  for (size_t bytes : sizes) {
+    const int it = bytes >= (16u << 20) ? std::max(3, iters / 4) : iters;
+    CollResult r = bench_collective(op, c.data(), n, bytes, warmup, it);
+    const double algbw = op == "barrier" ? 0 : double(bytes) / (r.median_us * 1e-6) / 1e9;
+    printf("%12zu %12.1f %12.1f %12.1f %11.3f %11.3f %6s\n", bytes, r.median_us, r.min_us, r.max_us,
+           algbw, algbw * bus_factor(op, n), r.ok ? "ok" : "FAIL");
+    fflush(stdout);
+  }
+  for (auto *x : c)
+    nexar_comm_destroy(x);
+  return 0;
+}
+
 void usage() {
-  fprintf(stderr, "usage: nexar-bench p2p [--runs N]\n");
+  fprintf(stderr,
+          "usage: nexar-bench p2p [--runs N]\n"
+          "       nexar-bench allreduce|broadcast|allgather|reduce_scatter|alltoall|barrier\n"
+          "                   [--ranks N] [--sizes 8,256K,4M,64M] [--iters N] [--warmup N]\n");
   exit(2);
 }
 
@@ -145,12 +283,37 @@ void usage() {
 int main(int argc, char **argv) {
   if (argc < 2) usage();
   std::string mode = argv[1];
-  int runs = 5;
+  int runs = 5, iters = 20, warmup = 3;
+  uint32_t ranks = 2;
+  std::vector<size_t> sizes = {8, 256 << 10, 4 << 20, 64 << 20};
   for (int i = 2; i < argc; ++i) {
-    if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
-    else usage();
+    std::string a = argv[i];
+    if (i + 1 >= argc) usage();
+    std::string v = argv[++i];
+    if (a == "--runs")
+      runs = atoi(v.c_str());
+    else if (a == "--iters")
+      iters = atoi(v.c_str());
+    else if (a == "--warmup")
+      warmup = atoi(v.c_str());
+    else if (a == "--ranks")
+      ranks = static_cast<uint32_t>(atoi(v.c_str()));
+    else if (a == "--sizes") {
+      sizes.clear();
+      size_t pos = 0;
+      while (pos <= v.size()) {
+        size_t comma = v.find(',', pos);
+        if (comma == std::string::npos) comma = v.size();
+        sizes.push_back(parse_size(v.substr(pos, comma - pos)));
+        pos = comma + 1;
+      }
+    } else
+      usage();
   }
-  if (runs < 1) usage();
+  if (runs < 1 || iters < 1 || warmup < 0 || ranks < 1) usage();
   if (mode == "p2p") return p2p(runs);
+  for (const char *op :
+       {"allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier"})
+    if (mode == op) return collectives(mode, ranks, sizes, warmup, iters);
   usage();
 }
