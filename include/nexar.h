@@ -191,10 +191,28 @@ NEXAR_API nexar_status_t nexar_comm_options_init(nexar_comm_options_t *opts, siz
 NEXAR_API nexar_status_t nexar_bootstrap_local(nexar_comm_t **comms, uint32_t world_size,
                                                const nexar_comm_options_t *opts);
 
-/** Join a cluster through a seed (opts->seed_address). */
+/**
+ * Join a cluster through a seed (opts->seed_address, "host:port"). Binds this
+ * worker's socket (listen_address, else socket_ifname, else the interface that
+ * routes to the seed), connects to the seed with retries and backoff (bounded
+ * by connect_timeout_ms), proves knowledge of cluster_token bound to that TLS
+ * session, asks for opts->rank (-1 = any) in a world of opts->world_size
+ * (0 = whatever the seed forms), receives its rank and a certificate signed
+ * from a request made here (the private key never leaves this process), then
+ * forms the mutual-TLS mesh with every other rank. *out is rank's view of the
+ * whole world. Fails with NEXAR_ERR_AUTH when the token does not match on
+ * both sides; see docs/cluster.md.
+ */
 NEXAR_API nexar_status_t nexar_comm_join(nexar_comm_t **out, const nexar_comm_options_t *opts);
 
-/** Join a cluster described by the environment (NEXAR_*, torchrun, Open MPI, PMI, Slurm). */
+/**
+ * Join a cluster described by the environment, in this order: NEXAR_SEED
+ * (with NEXAR_RANK, NEXAR_WORLD_SIZE); torchrun / env:// (RANK, WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT); Open MPI (OMPI_COMM_WORLD_RANK/SIZE); PMI
+ * (PMI_RANK/PMI_SIZE); Slurm (SLURM_PROCID/SLURM_NTASKS). Without NEXAR_SEED,
+ * rank 0 hosts an embedded seed. Fails with NEXAR_ERR_NOT_FOUND, listing what
+ * it looked for, when nothing fits. See docs/cluster.md.
+ */
 NEXAR_API nexar_status_t nexar_comm_init_from_env(nexar_comm_t **out);
 
 /**
@@ -219,6 +237,69 @@ NEXAR_API uint32_t nexar_comm_size(const nexar_comm_t *comm);
  * not NULL, fills it (info->message stays valid until the handle is destroyed).
  */
 NEXAR_API nexar_status_t nexar_comm_get_async_error(nexar_comm_t *comm, nexar_completion_t *info);
+
+/* ---- Seed: the discovery server that forms a cluster ------------------------ */
+
+#define NEXAR_SEED_EVENT_LISTENING 1 /* the seed is up (message: address, CA fingerprint) */
+#define NEXAR_SEED_EVENT_JOINED 2    /* a worker was admitted (rank: the one it asked for) */
+#define NEXAR_SEED_EVENT_REFUSED 3   /* a worker was refused and told why */
+#define NEXAR_SEED_EVENT_WELCOMED 4  /* the world is complete: ranks and certificates sent */
+#define NEXAR_SEED_EVENT_FORMED 5    /* every rank reported its mesh formed */
+#define NEXAR_SEED_EVENT_FAILED 6    /* formation failed (rank: the one to blame, or -1) */
+
+typedef struct nexar_seed_event {
+  size_t struct_size;
+  int32_t kind;        /* NEXAR_SEED_EVENT_* */
+  int32_t rank;        /* see the kinds; -1 when none */
+  uint32_t joined;     /* workers admitted so far */
+  uint32_t world_size; /* workers expected */
+  const char *message; /* never NULL; valid only during the callback */
+} nexar_seed_event_t;
+
+/** Runs on the seed's own thread; must return quickly and must not stop the seed. */
+typedef void (*nexar_seed_event_fn)(void *user_data, const nexar_seed_event_t *event);
+
+/**
+ * Options for a seed. Initialise with nexar_seed_options_init, then change
+ * fields. The struct only grows at the end. Strings are copied.
+ */
+typedef struct nexar_seed_options {
+  size_t struct_size;
+  const char *listen_address;    /* "ip:port", a concrete address; default "127.0.0.1:0" */
+  uint32_t world_size;           /* NEXAR_WORLD_SIZE; required (1..1024) */
+  uint32_t open;                 /* NEXAR_SEED_OPEN: 1 admits remote workers without a token */
+  const char *cluster_token;     /* NEXAR_CLUSTER_TOKEN */
+  const char *token_file;        /* NEXAR_CLUSTER_TOKEN_FILE; read when cluster_token is unset */
+  const char *ca_dir;            /* NEXAR_SEED_CA_DIR: ca.pem + ca-key.pem (0600), made if absent */
+  uint64_t formation_timeout_ms; /* NEXAR_FORMATION_TIMEOUT_SECS; default 60 s */
+  nexar_seed_event_fn on_event;  /* optional */
+  void *event_user_data;
+} nexar_seed_options_t;
+
+/** Fill opts with defaults, then apply the NEXAR_* environment variables named above. */
+NEXAR_API nexar_status_t nexar_seed_options_init(nexar_seed_options_t *opts, size_t struct_size);
+
+/**
+ * Start a seed: bind, then admit workers on a thread of its own until the
+ * world is complete or the formation timeout passes. Without a token it
+ * admits only workers on this host, unless opts->open is set.
+ */
+NEXAR_API nexar_status_t nexar_seed_start(nexar_seed_t **out, const nexar_seed_options_t *opts);
+
+/** "host:port" actually bound (static for the handle's lifetime). NULL for NULL. */
+NEXAR_API const char *nexar_seed_address(const nexar_seed_t *seed);
+
+/**
+ * Wait up to timeout_ms for formation to end. When it has ended, *ended (if
+ * not NULL) is set to 1 and the result is returned: NEXAR_OK once every rank
+ * reported its mesh formed, else the failure (NEXAR_ERR_TIMEOUT when the
+ * formation timeout passed; the message is in nexar_last_error_message).
+ * While it is still forming, *ended is 0 and NEXAR_ERR_TIMEOUT is returned.
+ */
+NEXAR_API nexar_status_t nexar_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms, int32_t *ended);
+
+/** Close every connection and release the seed. NULL is ignored. */
+NEXAR_API void nexar_seed_stop(nexar_seed_t *seed);
 
 /* ---- Statistics --------------------------------------------------------------- */
 

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 
 #include "client/communicator.h"
+#include "core/clock.h"
 #include "core/log.h"
 
 namespace nexar {
@@ -48,7 +50,33 @@ Status Engine::start(const SocketAddress &bind_addr) {
   return {};
 }
 
+Status Engine::start_on(int bound_fd) {
+  Status s = endpoint_->adopt(bound_fd);
+  if (!s) return s;
+  address_ = endpoint_->local();
+  completions_ = std::make_unique<CompletionThread>();
+  loop_.start();
+  return {};
+}
+
+void Engine::fail_mesh(const Status &why) {
+  std::lock_guard<std::mutex> g(mesh_mu_);
+  if (mesh_error_.ok()) mesh_error_ = why;
+  mesh_cv_.notify_all();
+}
+
 void Engine::close_connections() {
+  // Let what was already sent reach the peers first: a rank that destroys its
+  // communicator right after a barrier must not cut off the barrier's last
+  // messages. Bounded: a dead peer is cut off after a short grace period.
+  const uint64_t deadline =
+      now_ns() + std::min<uint64_t>(2000, cfg_.heartbeat_timeout_ms) * kNsPerMs;
+  for (;;) {
+    bool pending = false;
+    loop_.run_sync([&] { pending = !shut_down_ && endpoint_->has_unacked(); });
+    if (!pending || now_ns() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   loop_.run_sync([this] {
     if (shut_down_) return;
     shut_down_ = true;
@@ -150,6 +178,14 @@ void Engine::send_control_on(QuicConnection *c, const wire::ControlMessage &m) {
 
 void Engine::register_comm(Communicator *c) {
   comms_[c->comm_id()].push_back(c);
+  // Notices that arrived before this rank finished creating the communicator
+  // (a faster peer already used it) are delivered now.
+  auto it = early_notices_.find(c->comm_id());
+  if (it == early_notices_.end()) return;
+  auto notices = std::move(it->second);
+  early_notices_.erase(it);
+  for (auto &[from, m] : notices)
+    handle_comm_notice(from, m);
 }
 
 void Engine::unregister_comm(Communicator *c) {
@@ -227,30 +263,9 @@ void Engine::on_control(QuicConnection *c, std::span<const uint8_t> message) {
           handle_hello(c, m);
         } else if constexpr (std::is_same_v<T, wire::HelloAck>) {
           if (peers_[from].conn == c && m.rank == from) peer_ready(from, c);
-        } else if constexpr (std::is_same_v<T, wire::Abort>) {
-          auto it = comms_.find(m.comm_id);
-          if (it == comms_.end()) return;
-          Status s = error(NEXAR_ERR_ABORTED,
-                           format("rank %u aborted the communicator: %s", m.rank, m.reason.c_str()),
-                           static_cast<int32_t>(m.rank));
-          for (Communicator *comm : std::vector<Communicator *>(it->second))
-            comm->on_remote_failure(s);
-        } else if constexpr (std::is_same_v<T, wire::CollectiveMismatch>) {
-          auto it = comms_.find(m.comm_id);
-          if (it == comms_.end()) return;
-          for (Communicator *comm : std::vector<Communicator *>(it->second)) {
-            // The sender's rank in this communicator, for the error report.
-            int32_t rank = -1;
-            for (uint32_t r = 0; r < comm->size(); ++r)
-              if (comm->world_rank_of(r) == from) rank = static_cast<int32_t>(r);
-            comm->on_collective_mismatch(
-                m.op_seq,
-                error(NEXAR_ERR_MISMATCH,
-                      format("collective #%llu: ranks issued different collectives "
-                             "(reported by rank %d: %s)",
-                             static_cast<unsigned long long>(m.op_seq), rank, m.detail.c_str()),
-                      rank));
-          }
+        } else if constexpr (std::is_same_v<T, wire::Abort> ||
+                             std::is_same_v<T, wire::CollectiveMismatch>) {
+          handle_comm_notice(from, m);
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
           LOG_DEBUG("rank %u said goodbye", from);
         } else {
@@ -258,6 +273,36 @@ void Engine::on_control(QuicConnection *c, std::span<const uint8_t> message) {
         }
       },
       *r.message);
+}
+
+void Engine::handle_comm_notice(uint32_t from, const CommNotice &notice) {
+  const uint64_t comm_id = std::visit([](const auto &m) { return m.comm_id; }, notice);
+  auto it = comms_.find(comm_id);
+  if (it == comms_.end()) {
+    // Bounded: a handful of notices for communicators being created.
+    auto &pending = early_notices_[comm_id];
+    if (early_notices_.size() <= 64 && pending.size() < 64) pending.emplace_back(from, notice);
+    return;
+  }
+  for (Communicator *comm : std::vector<Communicator *>(it->second)) {
+    // The sender's rank in this communicator, for the error report.
+    int32_t rank = -1;
+    for (uint32_t r = 0; r < comm->size(); ++r)
+      if (comm->world_rank_of(r) == from) rank = static_cast<int32_t>(r);
+    if (const auto *a = std::get_if<wire::Abort>(&notice)) {
+      comm->on_remote_failure(
+          error(NEXAR_ERR_ABORTED,
+                format("rank %d aborted the communicator: %s", rank, a->reason.c_str()), rank));
+    } else {
+      const auto &m = std::get<wire::CollectiveMismatch>(notice);
+      comm->on_collective_mismatch(
+          m.op_seq, error(NEXAR_ERR_MISMATCH,
+                          format("collective #%llu: ranks issued different collectives "
+                                 "(reported by rank %d: %s)",
+                                 static_cast<unsigned long long>(m.op_seq), rank, m.detail.c_str()),
+                          rank));
+    }
+  }
 }
 
 MessageSink *Engine::on_message(QuicConnection *c, int64_t stream_id, const wire::FrameHeader &h) {

@@ -35,11 +35,17 @@ class Engine : public ConnectionHandler {
 
   // Binds the UDP socket and starts the threads.
   Status start(const SocketAddress &bind_addr);
+  // The same on a socket bound before this engine existed (a worker binds
+  // first to tell the seed its address); takes ownership of bound_fd.
+  Status start_on(int bound_fd);
   const SocketAddress &address() const { return address_; }
   // Connects to every lower rank (higher ranks connect to us)...
   Status start_mesh(const std::vector<SocketAddress> &peer_addrs);
   // ...and waits, bounded by connect_timeout_ms, until every peer said hello.
   Status wait_mesh();
+  // Ends a wait_mesh in progress (or the next one) with this error: the seed
+  // reported that another rank died during formation. Any thread.
+  void fail_mesh(const Status &why);
   // Closes every connection (idempotent).
   void close_connections();
   // Closes every connection and stops the threads (idempotent).
@@ -78,6 +84,8 @@ class Engine : public ConnectionHandler {
     QuicConnection *conn = nullptr;
     bool ready = false;
   };
+  using CommNotice = std::variant<wire::Abort, wire::CollectiveMismatch>;
+  void handle_comm_notice(uint32_t from, const CommNotice &notice);
   void peer_ready(uint32_t rank, QuicConnection *c);
   void handle_hello(QuicConnection *c, const wire::Hello &h);
   void note_mesh_progress();
@@ -93,6 +101,7 @@ class Engine : public ConnectionHandler {
   SocketAddress address_;
   std::vector<Peer> peers_;
   std::unordered_map<uint64_t, std::vector<Communicator *>> comms_;
+  std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, CommNotice>>> early_notices_;
   bool shut_down_ = false;  // loop thread
   bool stopped_ = false;    // owner thread
 

@@ -1,5 +1,6 @@
 #include "transport/codec.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
@@ -136,6 +137,11 @@ struct FieldEncoder {
   void operator()(std::string_view, const T &v) {
     if constexpr (std::is_same_v<T, std::string>) {
       w.str(std::string_view(v).substr(0, kMaxStringLen));
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      const size_t n = std::min<size_t>(v.size(), kMaxListLen);
+      w.u32(static_cast<uint32_t>(n));
+      for (size_t i = 0; i < n; ++i)
+        w.str(std::string_view(v[i]).substr(0, kMaxStringLen));
     } else if constexpr (std::is_same_v<T, uint8_t>) {
       w.u8(v);
     } else if constexpr (std::is_same_v<T, uint16_t>) {
@@ -161,8 +167,26 @@ struct FieldDecoder {
   void operator()(std::string_view field, T &v) {
     if (!error.empty()) return;
     bool ok;
+    bool too_many = false;
     if constexpr (std::is_same_v<T, std::string>) {
       ok = r.str(kMaxStringLen, v);
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      uint32_t n = 0;
+      ok = r.u32(n);
+      // Each entry takes at least its 4-byte length: check before reserving.
+      if (ok && (n > kMaxListLen || n > r.remaining() / 4)) {
+        ok = false;
+        too_many = true;
+      }
+      if (ok) {
+        v.clear();
+        v.reserve(n);
+        for (uint32_t i = 0; i < n && ok; ++i) {
+          std::string e;
+          ok = r.str(kMaxStringLen, e);
+          if (ok) v.push_back(std::move(e));
+        }
+      }
     } else if constexpr (std::is_same_v<T, uint8_t>) {
       ok = r.u8(v);
     } else if constexpr (std::is_same_v<T, uint16_t>) {
@@ -177,7 +201,9 @@ struct FieldDecoder {
     }
     if (ok) return;
     std::string where = std::string(msg) + "." + std::string(field);
-    if (r.error() == ByteReader::Error::kTooLong) {
+    if (too_many) {
+      error = where + ": too many entries";
+    } else if (r.error() == ByteReader::Error::kTooLong) {
       error = where + " longer than " + std::to_string(kMaxStringLen) + " bytes";
     } else {
       error = "truncated " + where;

@@ -21,6 +21,8 @@ namespace nexar::wire {
 inline constexpr uint8_t kControlVersion = 1;
 inline constexpr uint32_t kMaxStringLen = 4096;
 inline constexpr std::size_t kMaxControlMessage = 64 * 1024;
+// Entries in a list field (each entry is a string of at most kMaxStringLen).
+inline constexpr uint32_t kMaxListLen = 16384;
 
 // Appends little-endian values to a caller-owned buffer, so a frame header and
 // its payload can be built in one allocation.
@@ -187,7 +189,131 @@ struct CollectiveMismatch {
   bool operator==(const CollectiveMismatch &) const = default;
 };
 
-using ControlMessage = std::variant<Hello, HelloAck, Heartbeat, Abort, Goodbye, CollectiveMismatch>;
+// ---- Join protocol: between a worker and the seed, on a join connection ----
+// (ALPN nexar-join/1; see cluster/join_protocol.h for the exchange.)
+
+// Seed -> worker, first message: how the seed authenticates, and its proof
+// that it knows the cluster token (HMAC over this session's exporter).
+struct JoinChallenge {
+  static constexpr uint8_t kType = 0x20;
+  static constexpr std::string_view kName = "JoinChallenge";
+  uint16_t protocol_version = 0;
+  uint8_t auth = 0;         // 0 = open (no token), 1 = cluster token
+  std::string seed_proof;   // 32 bytes with a token, empty when open
+  uint32_t world_size = 0;  // the size of the world being formed
+  uint64_t formation_ms_left = 0;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("protocol_version", m.protocol_version);
+    f("auth", m.auth);
+    f("seed_proof", m.seed_proof);
+    f("world_size", m.world_size);
+    f("formation_ms_left", m.formation_ms_left);
+  }
+  bool operator==(const JoinChallenge &) const = default;
+};
+
+// Worker -> seed, once the seed's proof verified.
+struct JoinRequest {
+  static constexpr uint8_t kType = 0x21;
+  static constexpr std::string_view kName = "JoinRequest";
+  uint16_t protocol_version = 0;
+  std::string worker_proof;       // 32 bytes with a token, empty when open
+  int32_t rank = -1;              // the rank asked for, -1 = any
+  uint32_t world_size = 0;        // the size the worker expects, 0 = any
+  std::string advertise_address;  // numeric "ip:port" its peers dial
+  std::string csr_pem;            // PKCS#10 request over the worker's own key
+  std::string host_name;
+  uint32_t pid = 0;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("protocol_version", m.protocol_version);
+    f("worker_proof", m.worker_proof);
+    f("rank", m.rank);
+    f("world_size", m.world_size);
+    f("advertise_address", m.advertise_address);
+    f("csr_pem", m.csr_pem);
+    f("host_name", m.host_name);
+    f("pid", m.pid);
+  }
+  bool operator==(const JoinRequest &) const = default;
+};
+
+// Seed -> worker: admitted; waiting for the rest of the world.
+struct JoinAdmitted {
+  static constexpr uint8_t kType = 0x22;
+  static constexpr std::string_view kName = "JoinAdmitted";
+  uint32_t joined = 0;
+  uint32_t world_size = 0;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("joined", m.joined);
+    f("world_size", m.world_size);
+  }
+  bool operator==(const JoinAdmitted &) const = default;
+};
+
+// Seed -> worker once the world is complete: its rank, its certificate and
+// where every rank listens (peers[r] is rank r's "ip:port").
+struct Welcome {
+  static constexpr uint8_t kType = 0x23;
+  static constexpr std::string_view kName = "Welcome";
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  uint64_t cluster_id = 0;
+  std::string ca_pem;
+  std::string cert_pem;
+  std::vector<std::string> peers;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("rank", m.rank);
+    f("world_size", m.world_size);
+    f("cluster_id", m.cluster_id);
+    f("ca_pem", m.ca_pem);
+    f("cert_pem", m.cert_pem);
+    f("peers", m.peers);
+  }
+  bool operator==(const Welcome &) const = default;
+};
+
+// Worker -> seed: its mesh is complete.
+struct MeshReady {
+  static constexpr uint8_t kType = 0x24;
+  static constexpr std::string_view kName = "MeshReady";
+  uint32_t rank = 0;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("rank", m.rank);
+  }
+  bool operator==(const MeshReady &) const = default;
+};
+
+// Either direction: the join failed (a refusal, a worker that could not
+// verify the seed, a formation that failed). status is a nexar_status_t.
+struct JoinError {
+  static constexpr uint8_t kType = 0x25;
+  static constexpr std::string_view kName = "JoinError";
+  int32_t status = 0;
+  int32_t failed_rank = -1;
+  std::string reason;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("status", m.status);
+    f("failed_rank", m.failed_rank);
+    f("reason", m.reason);
+  }
+  bool operator==(const JoinError &) const = default;
+};
+
+using ControlMessage =
+    std::variant<Hello, HelloAck, Heartbeat, Abort, Goodbye, CollectiveMismatch, JoinChallenge,
+                 JoinRequest, JoinAdmitted, Welcome, MeshReady, JoinError>;
 
 // Exactly one of message / error is set.
 struct DecodeResult {

@@ -137,11 +137,15 @@ Status QuicConnection::setup_tls() {
   if ((rc = gnutls_credentials_set(session_, GNUTLS_CRD_CERTIFICATE, ep_->credentials()->get())) <
       0)
     return error(NEXAR_ERR_TLS, format("gnutls_credentials_set: %s", gnutls_strerror(rc)));
-  // Mutual TLS: both sides present a CA-signed certificate and verify the
-  // other's chain; names are checked by peer_identity() after the handshake.
-  if (!is_client_) gnutls_certificate_server_set_request(session_, GNUTLS_CERT_REQUIRE);
-  gnutls_session_set_verify_cert(session_, nullptr, 0);
-  static const gnutls_datum_t alpn = {(unsigned char *)"nexar/1", 7};
+  const TlsPolicy &policy = ep_->policy();
+  if (policy.mutual) {
+    // Mutual TLS: both sides present a CA-signed certificate and verify the
+    // other's chain; names are checked by peer_identity() after the handshake.
+    if (!is_client_) gnutls_certificate_server_set_request(session_, GNUTLS_CERT_REQUIRE);
+    gnutls_session_set_verify_cert(session_, nullptr, 0);
+  }
+  const gnutls_datum_t alpn = {(unsigned char *)policy.alpn,
+                               static_cast<unsigned>(strlen(policy.alpn))};
   if ((rc = gnutls_alpn_set_protocols(session_, &alpn, 1, GNUTLS_ALPN_MANDATORY)) < 0)
     return error(NEXAR_ERR_TLS, format("gnutls_alpn_set_protocols: %s", gnutls_strerror(rc)));
   if (is_client_) gnutls_server_name_set(session_, GNUTLS_NAME_DNS, "nexar", 5);
@@ -212,6 +216,13 @@ Status QuicConnection::init_server(const SocketAddress &remote, const ngtcp2_pkt
 
 int QuicConnection::cb_handshake_completed(ngtcp2_conn *, void *ud) {
   auto *self = static_cast<QuicConnection *>(ud);
+  if (!self->ep_->policy().mutual) {
+    // A join connection: the handler authenticates the peer (cluster token).
+    self->identity_checked_ = true;
+    self->open_streams();
+    self->handler_->on_handshake_done(self, NodeIdentity{});
+    return 0;
+  }
   NodeIdentity peer;
   Status s = peer_identity(self->session_, &peer);
   if (s && peer.cluster_id != self->ep_->cluster_id())
@@ -306,6 +317,16 @@ int QuicConnection::cb_stream_reset(ngtcp2_conn *, int64_t sid, uint64_t, uint64
   return NGTCP2_ERR_CALLBACK_FAILURE;
 }
 
+Status QuicConnection::export_keying_material(std::string_view label, uint8_t *out,
+                                              size_t len) const {
+  if (!session_ || !identity_checked_)
+    return error(NEXAR_ERR_TLS, "keying material asked for before the handshake finished");
+  int rc = gnutls_prf_rfc5705(session_, label.size(), label.data(), 0, nullptr, len,
+                              reinterpret_cast<char *>(out));
+  if (rc < 0) return error(NEXAR_ERR_TLS, format("gnutls_prf_rfc5705: %s", gnutls_strerror(rc)));
+  return {};
+}
+
 // ---- streams -----------------------------------------------------------------
 
 void QuicConnection::open_streams() {
@@ -360,6 +381,14 @@ QuicConnection::SendItem *QuicConnection::send(OutgoingMessage msg, bool control
     ep_->stats().bytes_sent += item->payload_len;
   }
   return enqueue(st, std::move(item));
+}
+
+bool QuicConnection::has_unacked() const {
+  if (closed_) return false;
+  if (!control_.items.empty()) return true;
+  for (const auto &d : data_)
+    if (!d.items.empty()) return true;
+  return false;
 }
 
 bool QuicConnection::cancel(SendItem *item, SendListener *replacement) {

@@ -64,6 +64,24 @@ class ConnectionHandler {
   virtual void on_closed(QuicConnection *c, const Status &why) = 0;
 };
 
+// How the connections of an endpoint authenticate.
+//
+// Mesh connections (the default) use mutual TLS: both sides present a
+// certificate signed by the cluster CA, and the peer's certificate must name
+// this cluster (and, on the client side, the rank it dialled). Join
+// connections between a worker and the seed cannot: the worker has no
+// certificate yet. They skip certificate verification on both sides and
+// authenticate with the cluster token instead, bound to this TLS session
+// through its exporter secret (see cluster/join_protocol.h). They use another
+// ALPN, so a join client never talks to a mesh endpoint or the reverse.
+struct TlsPolicy {
+  bool mutual = true;
+  const char *alpn = "nexar/1";
+
+  static TlsPolicy mesh() { return {}; }
+  static TlsPolicy join() { return {false, "nexar-join/1"}; }
+};
+
 struct OutgoingMessage {
   wire::FrameHeader header;
   const uint8_t *payload = nullptr;  // referenced until acknowledged, unless owned
@@ -107,7 +125,13 @@ class QuicConnection {
   // Sends CONNECTION_CLOSE (once) and fails everything queued.
   void close(uint64_t app_error, const Status &why);
   bool closed() const { return closed_; }
+  // Sent data the peer has not acknowledged yet (or not even written).
+  bool has_unacked() const;
   bool ready() const { return streams_open_; }
+
+  // Keying material exported from this connection's TLS session (RFC 5705 /
+  // RFC 8446 section 7.5): both ends derive the same bytes, nobody else can.
+  Status export_keying_material(std::string_view label, uint8_t *out, size_t len) const;
 
   uint32_t expected_peer_rank() const { return expected_peer_rank_; }
   const SocketAddress &remote() const { return remote_; }

@@ -18,14 +18,15 @@ std::string cid_key(const uint8_t *data, size_t len) {
 
 QuicEndpoint::QuicEndpoint(EventLoop *loop, ConnectionHandler *handler, uint64_t cluster_id,
                            std::shared_ptr<TlsCredentials> creds, uint64_t idle_timeout_ms,
-                           uint64_t connect_timeout_ms, uint64_t keep_alive_ms)
+                           uint64_t connect_timeout_ms, uint64_t keep_alive_ms, TlsPolicy policy)
     : loop_(loop),
       handler_(handler),
       cluster_id_(cluster_id),
       creds_(std::move(creds)),
       idle_timeout_ns_(idle_timeout_ms * kNsPerMs),
       connect_timeout_ns_(connect_timeout_ms * kNsPerMs),
-      keep_alive_ns_(keep_alive_ms * kNsPerMs) {
+      keep_alive_ns_(keep_alive_ms * kNsPerMs),
+      policy_(policy) {
   gnutls_rnd(GNUTLS_RND_KEY, secret_, sizeof secret_);
   tx_.resize(64 * 65536);
   ev_init(&io_, &QuicEndpoint::on_readable);
@@ -42,6 +43,15 @@ QuicEndpoint::~QuicEndpoint() {
 
 Status QuicEndpoint::open(const SocketAddress &bind_addr) {
   Status s = socket_.bind(bind_addr);
+  if (!s) return s;
+  ev_io_set(&io_, socket_.fd(), EV_READ);
+  ev_io_start(loop_->raw(), &io_);
+  reading_ = true;
+  return {};
+}
+
+Status QuicEndpoint::adopt(int fd) {
+  Status s = socket_.adopt(fd);
   if (!s) return s;
   ev_io_set(&io_, socket_.fd(), EV_READ);
   ev_io_start(loop_->raw(), &io_);

@@ -32,11 +32,14 @@ class QuicEndpoint {
   // an unknown client Initial may create a server connection.
   QuicEndpoint(EventLoop *loop, ConnectionHandler *handler, uint64_t cluster_id,
                std::shared_ptr<TlsCredentials> creds, uint64_t idle_timeout_ms,
-               uint64_t connect_timeout_ms, uint64_t keep_alive_ms);
+               uint64_t connect_timeout_ms, uint64_t keep_alive_ms,
+               TlsPolicy policy = TlsPolicy::mesh());
   ~QuicEndpoint();
 
   // Binds the socket and starts reading (loop thread).
   Status open(const SocketAddress &bind_addr);
+  // The same with a socket the caller already bound (takes ownership of fd).
+  Status adopt(int fd);
   const SocketAddress &local() const { return socket_.local(); }
 
   // Starts a client connection to the peer expected to be `peer_rank`.
@@ -49,6 +52,7 @@ class QuicEndpoint {
   // --- for QuicConnection --------------------------------------------------
   EventLoop *loop() const { return loop_; }
   TlsCredentials *credentials() const { return creds_.get(); }
+  const TlsPolicy &policy() const { return policy_; }
   uint64_t cluster_id() const { return cluster_id_; }
   const uint8_t *secret() const { return secret_; }
   uint64_t idle_timeout_ns() const { return idle_timeout_ns_; }
@@ -62,6 +66,11 @@ class QuicEndpoint {
   void transmit(const SocketAddress &to, const uint8_t *buf, const size_t *sizes, size_t n);
   TransportStats &stats() { return stats_; }
   size_t connections() const { return conns_.size(); }
+  bool has_unacked() const {
+    for (const auto &c : conns_)
+      if (c->has_unacked()) return true;
+    return false;
+  }
 
  private:
   static void on_readable(struct ev_loop *, ev_io *w, int revents);
@@ -77,6 +86,7 @@ class QuicEndpoint {
   uint64_t idle_timeout_ns_;
   uint64_t connect_timeout_ns_;
   uint64_t keep_alive_ns_;
+  TlsPolicy policy_;
   uint8_t secret_[kSecretLen];
   UdpSocket socket_;
   ev_io io_;

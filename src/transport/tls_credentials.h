@@ -21,8 +21,12 @@ struct X509CertDeleter {
 struct X509KeyDeleter {
   void operator()(gnutls_x509_privkey_int *k) const { gnutls_x509_privkey_deinit(k); }
 };
+struct X509CrqDeleter {
+  void operator()(gnutls_x509_crq_int *q) const { gnutls_x509_crq_deinit(q); }
+};
 using X509Cert = std::unique_ptr<gnutls_x509_crt_int, X509CertDeleter>;
 using X509Key = std::unique_ptr<gnutls_x509_privkey_int, X509KeyDeleter>;
+using X509Crq = std::unique_ptr<gnutls_x509_crq_int, X509CrqDeleter>;
 
 struct NodeIdentity {
   uint64_t cluster_id = 0;
@@ -31,15 +35,38 @@ struct NodeIdentity {
 
 Status generate_key(X509Key *out);
 
+// PEM helpers for what travels between a worker and the seed.
+Status make_csr_pem(gnutls_x509_privkey_t key, std::string *pem);
+Status cert_to_pem(gnutls_x509_crt_t crt, std::string *pem);
+Status cert_from_pem(const std::string &pem, X509Cert *out);
+// SHA-256 fingerprint of a certificate, as lowercase hex.
+std::string cert_fingerprint(gnutls_x509_crt_t crt);
+// The identity a node certificate names (CN=nexar-rank-<r>, O=nexar-cluster-<id>).
+Status cert_identity(gnutls_x509_crt_t crt, NodeIdentity *out);
+// True when crt certifies the public half of key.
+bool cert_matches_key(gnutls_x509_crt_t crt, gnutls_x509_privkey_t key);
+
 class ClusterCa {
  public:
   static Status generate(uint64_t cluster_id, std::unique_ptr<ClusterCa> *out);
+  // Loads ca.pem + ca-key.pem from dir, or generates a CA with a random
+  // cluster id and stores it there (the key file with mode 0600), so that a
+  // restarted seed keeps the same trust anchor. *created tells which.
+  static Status load_or_create(const std::string &dir, std::unique_ptr<ClusterCa> *out,
+                               bool *created);
   // Signs a leaf for `rank` over the node's own key (the key never leaves the node).
   Status issue_node_cert(uint32_t rank, gnutls_x509_privkey_t node_key, X509Cert *out) const;
+  // The same from a PKCS#10 request made by the node: the request's signature
+  // is checked and only its public key is used (names and extensions in the
+  // request are ignored; the CA sets them).
+  Status issue_from_csr(uint32_t rank, const std::string &csr_pem, X509Cert *out) const;
+  // Checks that a request is well formed and self-signed (without signing it).
+  static Status check_csr(const std::string &csr_pem);
   gnutls_x509_crt_t cert() const { return cert_.get(); }
   uint64_t cluster_id() const { return cluster_id_; }
 
  private:
+  Status issue(uint32_t rank, gnutls_pubkey_t node_key, X509Cert *out) const;
   uint64_t cluster_id_ = 0;
   X509Cert cert_;
   X509Key key_;
@@ -51,6 +78,13 @@ class TlsCredentials {
   ~TlsCredentials();
   static Status create(gnutls_x509_crt_t ca_cert, gnutls_x509_crt_t node_cert,
                        gnutls_x509_privkey_t node_key, std::shared_ptr<TlsCredentials> *out);
+  // A server certificate signed by its own fresh key and no trust anchors: for
+  // the seed's join endpoint, whose peers authenticate with the cluster token
+  // instead (see cluster/seed.h).
+  static Status create_self_signed(const std::string &common_name,
+                                   std::shared_ptr<TlsCredentials> *out);
+  // No certificate and no trust anchors: a worker's side of a join connection.
+  static Status create_anonymous(std::shared_ptr<TlsCredentials> *out);
   gnutls_certificate_credentials_t get() const { return cred_; }
 
  private:

@@ -1,6 +1,7 @@
 #include "transport/udp_socket.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/udp.h>
 #include <unistd.h>
 
@@ -32,6 +33,25 @@ UdpSocket::~UdpSocket() {
 Status UdpSocket::bind(const SocketAddress &addr) {
   fd_ = socket(addr.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return error(NEXAR_ERR_IO, format("socket(): %s", strerror(errno)));
+  configure(addr.family());
+  if (::bind(fd_, addr.sa(), addr.len) != 0)
+    return error(NEXAR_ERR_IO, format("bind(%s): %s", addr.to_string().c_str(), strerror(errno)));
+  return finish();
+}
+
+Status UdpSocket::adopt(int fd) {
+  fd_ = fd;
+  local_.len = sizeof local_.storage;
+  if (getsockname(fd_, local_.sa(), &local_.len) != 0 || local_.port() == 0)
+    return error(NEXAR_ERR_INVALID_ARGUMENT, "adopted UDP socket is not bound");
+  int fl = fcntl(fd_, F_GETFL);
+  if (fl < 0 || fcntl(fd_, F_SETFL, fl | O_NONBLOCK) != 0)
+    return error(NEXAR_ERR_IO, format("fcntl(O_NONBLOCK): %s", strerror(errno)));
+  configure(local_.family());
+  return finish();
+}
+
+void UdpSocket::configure(int family) {
   int buf = kSocketBuffer;
   // Ask for big buffers; the kernel caps them at net.core.[rw]mem_max.
   setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
@@ -39,7 +59,7 @@ Status UdpSocket::bind(const SocketAddress &addr) {
   // Root may exceed the cap (FORCE variants); failure is harmless.
   setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof buf);
   setsockopt(fd_, SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof buf);
-  if (addr.family() == AF_INET) {
+  if (family == AF_INET) {
     // Never fragment: packet sizes are chosen to fit the path.
     int pmtu = IP_PMTUDISC_DO;
     setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
@@ -49,8 +69,9 @@ Status UdpSocket::bind(const SocketAddress &addr) {
   }
   int one = 1;
   gro_ = setsockopt(fd_, IPPROTO_UDP, UDP_GRO, &one, sizeof one) == 0;
-  if (::bind(fd_, addr.sa(), addr.len) != 0)
-    return error(NEXAR_ERR_IO, format("bind(%s): %s", addr.to_string().c_str(), strerror(errno)));
+}
+
+Status UdpSocket::finish() {
   local_.len = sizeof local_.storage;
   getsockname(fd_, local_.sa(), &local_.len);
   // GSO is probed by a setsockopt that only checks support.

@@ -21,6 +21,8 @@ class UdpSocket {
   UdpSocket &operator=(const UdpSocket &) = delete;
 
   Status bind(const SocketAddress &addr);
+  // Takes over a socket the caller created and bound (made non-blocking here).
+  Status adopt(int fd);
   int fd() const { return fd_; }
   const SocketAddress &local() const { return local_; }
 
@@ -42,6 +44,9 @@ class UdpSocket {
                     size_t count, size_t *sent);
 
  private:
+  void configure(int family);
+  Status finish();
+
   int fd_ = -1;
   SocketAddress local_;
   bool gso_ = false;

@@ -21,10 +21,18 @@ static void check_barrier(uint32_t n) {
   }
 }
 
-TEST(Barrier, OneRank) { check_barrier(1); }
-TEST(Barrier, TwoPhaseFourRanks) { check_barrier(4); }
-TEST(Barrier, DisseminationFiveRanks) { check_barrier(5); }
-TEST(Barrier, DisseminationThirteenRanks) { check_barrier(13); }
+TEST(Barrier, OneRank) {
+  check_barrier(1);
+}
+TEST(Barrier, TwoPhaseFourRanks) {
+  check_barrier(4);
+}
+TEST(Barrier, DisseminationFiveRanks) {
+  check_barrier(5);
+}
+TEST(Barrier, DisseminationThirteenRanks) {
+  check_barrier(13);
+}
 
 // Upstream's barrier broke once heartbeats queued on its control lane; here a
 // barrier long after formation (many keep-alive intervals) still works.

@@ -1,0 +1,118 @@
+// Worker join: from a seed address to this rank's communicator.
+//
+//   1. bind this worker's UDP socket (interface_select.h) and pick the
+//      address its peers will dial;
+//   2. make a key pair and a certificate request here (the private key never
+//      leaves this process);
+//   3. SeedClient: connect to the seed with retries and backoff, check the
+//      seed's token proof, send this worker's proof and its request, wait for
+//      the Welcome (join_protocol.h);
+//   4. start the engine on the socket bound in step 1 with the signed
+//      certificate, form the mutual-TLS mesh, tell the seed (MeshReady).
+// While the mesh forms, the seed may report that another rank died: the wait
+// ends at once with that error instead of running into the connect timeout.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "client/communicator.h"
+#include "cluster/join_protocol.h"
+#include "core/config.h"
+#include "engine/event_loop.h"
+#include "transport/codec.h"
+#include "transport/quic_endpoint.h"
+#include "transport/tls_credentials.h"
+
+namespace nexar {
+
+Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out);
+
+// What a verified Welcome gives a worker.
+struct JoinTicket {
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  uint64_t cluster_id = 0;
+  std::shared_ptr<TlsCredentials> creds;
+  std::vector<SocketAddress> peers;
+  std::string ca_fingerprint;
+};
+
+// Checks a Welcome against what this worker asked for (its key, its address,
+// the rank it asked for) and builds its mesh credentials.
+Status accept_welcome(const wire::Welcome &w, gnutls_x509_privkey_t key,
+                      const SocketAddress &advertised, int32_t asked_rank, JoinTicket *out);
+
+// The worker's connection to the seed, on a thread of its own.
+class SeedClient : public ConnectionHandler {
+ public:
+  SeedClient(const Config &cfg, std::string token);
+  ~SeedClient() override;
+
+  // Connects (from local, port 0 = any) with retries and backoff bounded by
+  // connect_timeout_ms, authenticates, sends req (the proof is filled in
+  // here) and waits for the Welcome.
+  Status join(const SocketAddress &seed, const SocketAddress &local, wire::JoinRequest req,
+              wire::Welcome *out);
+  // From now on, failures the seed reports go to fn (on the client's thread).
+  void on_failure(std::function<void(const Status &)> fn);
+  // Tells the seed that something went wrong on this side (best effort).
+  void report_error(const Status &s);
+  // Tells the seed this rank's mesh formed; waits (bounded) for delivery.
+  void report_ready(uint32_t rank);
+  // Closes the connection and stops the thread (idempotent).
+  void close();
+
+  // ConnectionHandler (loop thread)
+  void on_handshake_done(QuicConnection *c, const NodeIdentity &) override;
+  void on_control(QuicConnection *c, std::span<const uint8_t> message) override;
+  MessageSink *on_message(QuicConnection *c, int64_t, const wire::FrameHeader &) override;
+  void on_closed(QuicConnection *c, const Status &why) override;
+
+ private:
+  enum class Stage { Idle, Connecting, Challenged, Requested, Welcomed, Failed, Closed };
+  struct Delivered : SendListener {
+    SeedClient *self = nullptr;
+    void on_send_done(const Status &s) override;
+  };
+
+  void send(const wire::ControlMessage &m, SendListener *listener = nullptr);
+  void handle_challenge(const wire::JoinChallenge &ch);
+  void fail(const Status &s, bool tell_seed);
+  template <class Pred>
+  bool wait_until(uint64_t deadline_ns, Pred pred);
+
+  Config cfg_;
+  std::string token_;
+  EventLoop loop_;
+  std::unique_ptr<QuicEndpoint> endpoint_;
+  bool started_ = false;
+  bool stopped_ = false;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  // Guarded by mu_ (written on the loop thread, read by the joining thread).
+  Stage stage_ = Stage::Idle;
+  Status error_;
+  wire::Welcome welcome_;
+  uint32_t admitted_ = 0;
+  uint64_t formation_ms_left_ = 0;
+  bool delivered_ = false;
+  bool told_seed_ = false;
+  bool handshook_ = false;
+  Status early_failure_;  // reported after the welcome, before on_failure()
+
+  // Loop thread only.
+  QuicConnection *conn_ = nullptr;
+  SocketAddress seed_;
+  join::Secret secret_{};
+  wire::JoinRequest request_;
+  std::function<void(const Status &)> on_failure_;
+  Delivered delivered_listener_;
+};
+
+}  // namespace nexar

@@ -1,0 +1,422 @@
+// The attacker's side of the cluster security tests. It uses nexar's
+// internals to do what a well-behaved worker never does:
+//
+//   nexar-cluster-probe fake-seed --listen ADDR --out FILE [--claim-open] [--seconds S]
+//       A QUIC server on the join ALPN that does not know the cluster token
+//       (it runs until its first visitor leaves, at most S seconds).
+//       It sends workers a challenge with a made-up proof (or claims to run
+//       open) and writes every message it receives, decrypted, to FILE:
+//         MSG <type> <hex of the whole message>
+//         CLOSED <reason>
+//
+//   nexar-cluster-probe forged-worker --seed ADDR
+//       Ignores the seed's token proof and sends a request with a made-up
+//       proof of its own; prints how the seed answered (REFUSED status=...).
+//
+//   nexar-cluster-probe impostor --seed ADDR --token T --rank R --target T2
+//                       --attack other-ca|claim-rank:N|none|die-after-welcome
+//                       [--done-file F]
+//       Joins the cluster honestly as rank R and forms its mesh, then attacks
+//       rank T2's mesh listener: "other-ca" presents a certificate for rank R
+//       of the same cluster signed by a CA of its own; "claim-rank:N" presents
+//       its valid certificate for rank R but says it is rank N;
+//       "die-after-welcome" exits abruptly once it has its rank. Prints
+//         ATTACK <name> ACCEPTED | ATTACK <name> REFUSED <why>
+//       then creates F and stays in the world until killed.
+#include <fcntl.h>
+#include <gnutls/crypto.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cluster/interface_select.h"
+#include "cluster/join.h"
+#include "core/log.h"
+#include "transport/codec.h"
+#include "transport/quic_endpoint.h"
+
+using namespace nexar;
+
+namespace {
+
+std::string hex(std::span<const uint8_t> b) {
+  static const char d[] = "0123456789abcdef";
+  std::string s;
+  for (uint8_t x : b) {
+    s.push_back(d[x >> 4]);
+    s.push_back(d[x & 15]);
+  }
+  return s;
+}
+
+void send_control(QuicConnection *c, const wire::ControlMessage &m) {
+  std::vector<uint8_t> bytes = wire::encode_control(m);
+  PooledBuf buf = PooledBuf::unpooled(bytes.size());
+  memcpy(buf.data(), bytes.data(), bytes.size());
+  OutgoingMessage msg;
+  msg.header.kind = wire::FrameKind::Control;
+  msg.header.length = bytes.size();
+  msg.payload = buf.data();
+  msg.owned = std::move(buf);
+  c->send(std::move(msg), true, 0);
+}
+
+std::string arg(int argc, char **argv, const char *name, const char *def = nullptr) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!strcmp(argv[i], name)) return argv[i + 1];
+  if (!def) {
+    fprintf(stderr, "missing %s\n", name);
+    exit(2);
+  }
+  return def;
+}
+
+bool flag(int argc, char **argv, const char *name) {
+  for (int i = 1; i < argc; ++i)
+    if (!strcmp(argv[i], name)) return true;
+  return false;
+}
+
+// ---- fake seed ---------------------------------------------------------------------
+
+struct FakeSeed : ConnectionHandler {
+  QuicEndpoint *ep = nullptr;
+  FILE *out = nullptr;
+  bool claim_open = false;
+  void on_handshake_done(QuicConnection *c, const NodeIdentity &) override {
+    wire::JoinChallenge ch;
+    ch.protocol_version = join::kProtocolVersion;
+    ch.auth = claim_open ? join::kAuthOpen : join::kAuthToken;
+    if (!claim_open) {
+      ch.seed_proof.resize(join::kProofLen);
+      gnutls_rnd(GNUTLS_RND_NONCE, ch.seed_proof.data(), ch.seed_proof.size());
+    }
+    ch.world_size = 2;
+    ch.formation_ms_left = 30000;
+    send_control(c, ch);
+    fprintf(out, "CONNECTED %s\n", c->remote().to_string().c_str());
+    fflush(out);
+  }
+  void on_control(QuicConnection *, std::span<const uint8_t> m) override {
+    wire::DecodeResult r = wire::decode_control(m);
+    std::string name = r ? std::string(wire::control_name(*r.message)) : "undecodable";
+    fprintf(out, "MSG %s %s\n", name.c_str(), hex(m).c_str());
+    fflush(out);
+  }
+  MessageSink *on_message(QuicConnection *c, int64_t, const wire::FrameHeader &) override {
+    fprintf(out, "MSG data-frame\n");
+    fflush(out);
+    c->close(1, error(NEXAR_ERR_PROTOCOL, "data"));
+    return nullptr;
+  }
+  void on_closed(QuicConnection *c, const Status &why) override {
+    fprintf(out, "CLOSED %s\n", why.message.c_str());
+    fflush(out);
+    closed = true;
+    ep->retire(c);
+  }
+  std::atomic<bool> closed{false};
+};
+
+int fake_seed(int argc, char **argv) {
+  const std::string listen = arg(argc, argv, "--listen");
+  FILE *out = fopen(arg(argc, argv, "--out").c_str(), "w");
+  if (!out) return 2;
+  const double seconds = atof(arg(argc, argv, "--seconds", "20").c_str());
+  EventLoop loop(-1);
+  FakeSeed h;
+  h.out = out;
+  h.claim_open = flag(argc, argv, "--claim-open");
+  std::shared_ptr<TlsCredentials> creds;
+  Status s = TlsCredentials::create_self_signed("nexar-seed", &creds);
+  SocketAddress addr;
+  if (s) s = SocketAddress::parse(listen, &addr);
+  if (!s) {
+    fprintf(stderr, "%s\n", s.message.c_str());
+    return 2;
+  }
+  QuicEndpoint ep(&loop, &h, 0, creds, join::kIdleTimeoutMs, 10000, join::kKeepAliveMs,
+                  TlsPolicy::join());
+  h.ep = &ep;
+  if (!(s = ep.open(addr))) {
+    fprintf(stderr, "%s\n", s.message.c_str());
+    return 2;
+  }
+  printf("LISTENING %s\n", ep.local().to_string().c_str());
+  fflush(stdout);
+  loop.start();
+  // Until the first victim has gone (or the time is up).
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!h.closed && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  loop.run_sync([&] { ep.shutdown(error(NEXAR_ERR_CLOSED, "fake seed done")); });
+  loop.stop();
+  fclose(out);
+  return 0;
+}
+
+// ---- impostor ------------------------------------------------------------------------
+
+// One attacking mesh connection: says hello as `claim` and reports whether the
+// victim answered.
+struct Attacker : ConnectionHandler {
+  QuicEndpoint *ep = nullptr;
+  uint32_t claim = 0, world = 0;
+  uint64_t cluster = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool acked = false, closed = false;
+  std::string why;
+  void on_handshake_done(QuicConnection *c, const NodeIdentity &) override {
+    send_control(c, wire::Hello{1, cluster, claim, world, "impostor"});
+  }
+  void on_control(QuicConnection *, std::span<const uint8_t> m) override {
+    wire::DecodeResult r = wire::decode_control(m);
+    if (r && std::holds_alternative<wire::HelloAck>(*r.message)) {
+      std::lock_guard<std::mutex> g(mu);
+      acked = true;
+      cv.notify_all();
+    }
+  }
+  MessageSink *on_message(QuicConnection *c, int64_t, const wire::FrameHeader &) override {
+    c->close(1, error(NEXAR_ERR_PROTOCOL, "data"));
+    return nullptr;
+  }
+  void on_closed(QuicConnection *c, const Status &w) override {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      closed = true;
+      why = w.message;
+      cv.notify_all();
+    }
+    ep->retire(c);
+  }
+};
+
+void attack(const std::string &name, const SocketAddress &target, uint32_t target_rank,
+            std::shared_ptr<TlsCredentials> creds, TlsPolicy policy, uint32_t claim,
+            uint64_t cluster, uint32_t world) {
+  EventLoop loop(-1);
+  Attacker a;
+  a.claim = claim;
+  a.cluster = cluster;
+  a.world = world;
+  QuicEndpoint ep(&loop, &a, cluster, std::move(creds), 5000, 5000, 1000, policy);
+  a.ep = &ep;
+  SocketAddress local;
+  SocketAddress::parse(target.family() == AF_INET ? "0.0.0.0:0" : "[::]:0", &local);
+  Status s = ep.open(local);
+  loop.start();
+  if (s)
+    loop.run_sync([&] {
+      QuicConnection *c = nullptr;
+      s = ep.connect(target, target_rank, &c);
+    });
+  if (!s) {
+    printf("ATTACK %s ERROR %s\n", name.c_str(), s.message.c_str());
+  } else {
+    std::unique_lock<std::mutex> g(a.mu);
+    a.cv.wait_for(g, std::chrono::seconds(10), [&] { return a.acked || a.closed; });
+    if (a.acked)
+      printf("ATTACK %s ACCEPTED\n", name.c_str());
+    else if (a.closed)
+      printf("ATTACK %s REFUSED %s\n", name.c_str(), a.why.c_str());
+    else
+      printf("ATTACK %s REFUSED no answer within 10 s\n", name.c_str());
+  }
+  fflush(stdout);
+  loop.run_sync([&] { ep.shutdown(error(NEXAR_ERR_CLOSED, "attack over")); });
+  loop.stop();
+}
+
+int impostor(int argc, char **argv) {
+  Config cfg;
+  cfg.seed_address = arg(argc, argv, "--seed");
+  cfg.cluster_token = arg(argc, argv, "--token");
+  cfg.rank = atoi(arg(argc, argv, "--rank").c_str());
+  cfg.connect_timeout_ms = 20000;
+  const uint32_t target_rank = static_cast<uint32_t>(atoi(arg(argc, argv, "--target").c_str()));
+  const std::string what = arg(argc, argv, "--attack");
+  const std::string done_file = arg(argc, argv, "--done-file", "");
+
+  // An honest join, step by step (cluster/join.cpp), keeping the pieces.
+  SocketAddress seed, bound, adv;
+  ListenChoice choice;
+  int fd = -1;
+  X509Key key;
+  std::string csr;
+  Status s = SocketAddress::parse(cfg.seed_address, &seed);
+  if (s) s = choose_listen_address(cfg, seed, &choice);
+  if (s) s = bind_udp(choice.bind, &fd, &bound);
+  if (s) s = advertised_address(cfg, bound, seed, &adv);
+  if (s) s = generate_key(&key);
+  if (s) s = make_csr_pem(key.get(), &csr);
+  if (!s) {
+    printf("PROBE_FAILED %s\n", s.message.c_str());
+    return 3;
+  }
+  SeedClient client(cfg, cfg.cluster_token);
+  wire::JoinRequest req;
+  req.protocol_version = join::kProtocolVersion;
+  req.rank = cfg.rank;
+  req.advertise_address = adv.to_string();
+  req.csr_pem = csr;
+  req.host_name = "probe";
+  req.pid = static_cast<uint32_t>(getpid());
+  SocketAddress local = bound;
+  reinterpret_cast<sockaddr_in *>(&local.storage)->sin_port = 0;
+  wire::Welcome w;
+  JoinTicket t;
+  s = client.join(seed, local, req, &w);
+  if (s) s = accept_welcome(w, key.get(), adv, cfg.rank, &t);
+  if (!s) {
+    printf("PROBE_FAILED %s\n", s.message.c_str());
+    return 3;
+  }
+  if (what == "die-after-welcome") {
+    // A crash between the welcome and the mesh: no goodbye to anyone.
+    printf("PROBE_DYING rank=%u\n", t.rank);
+    fflush(stdout);
+    _exit(9);
+  }
+  auto engine =
+      std::make_shared<Engine>(Engine::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
+  s = engine->start_on(fd);
+  if (s) s = engine->start_mesh(t.peers);
+  if (s) s = engine->wait_mesh();
+  if (!s) {
+    printf("PROBE_FAILED mesh: %s\n", s.message.c_str());
+    return 3;
+  }
+  client.report_ready(t.rank);
+  client.close();
+  printf("PROBE_JOINED rank=%u size=%u ca=%s\n", t.rank, t.world_size, t.ca_fingerprint.c_str());
+  fflush(stdout);
+
+  if (what == "other-ca") {
+    // Same names (this cluster, this rank), another CA.
+    std::unique_ptr<ClusterCa> fake;
+    X509Key k2;
+    X509Cert c2;
+    std::shared_ptr<TlsCredentials> creds;
+    s = ClusterCa::generate(t.cluster_id, &fake);
+    if (s) s = generate_key(&k2);
+    if (s) s = fake->issue_node_cert(t.rank, k2.get(), &c2);
+    if (s) s = TlsCredentials::create(fake->cert(), c2.get(), k2.get(), &creds);
+    if (!s) {
+      printf("PROBE_FAILED %s\n", s.message.c_str());
+      return 3;
+    }
+    // The impostor does not check the victim: only the victim's check matters here.
+    attack(what, t.peers[target_rank], target_rank, creds, TlsPolicy{false, "nexar/1"}, t.rank,
+           t.cluster_id, t.world_size);
+  } else if (what.rfind("claim-rank:", 0) == 0) {
+    const uint32_t claim = static_cast<uint32_t>(atoi(what.c_str() + 11));
+    attack(what, t.peers[target_rank], target_rank, t.creds, TlsPolicy::mesh(), claim, t.cluster_id,
+           t.world_size);
+  }
+  if (!done_file.empty()) {
+    int f = open(done_file.c_str(), O_CREAT | O_WRONLY, 0644);
+    if (f >= 0) close(f);
+  }
+  // Stay in the world (the test ends this process).
+  std::this_thread::sleep_for(std::chrono::seconds(120));
+  return 0;
+}
+
+// ---- forged worker -------------------------------------------------------------------
+
+// Ignores the seed's proof and answers with a made-up one.
+struct Forger : ConnectionHandler {
+  QuicEndpoint *ep = nullptr;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string result;
+  void on_handshake_done(QuicConnection *, const NodeIdentity &) override {}
+  void on_control(QuicConnection *c, std::span<const uint8_t> m) override {
+    wire::DecodeResult r = wire::decode_control(m);
+    if (!r) return;
+    if (std::holds_alternative<wire::JoinChallenge>(*r.message)) {
+      X509Key key;
+      std::string csr;
+      generate_key(&key);
+      make_csr_pem(key.get(), &csr);
+      wire::JoinRequest req;
+      req.protocol_version = join::kProtocolVersion;
+      req.worker_proof.resize(join::kProofLen);
+      gnutls_rnd(GNUTLS_RND_NONCE, req.worker_proof.data(), req.worker_proof.size());
+      req.advertise_address = "127.0.0.1:9";
+      req.csr_pem = csr;
+      req.host_name = "forger";
+      send_control(c, req);
+      return;
+    }
+    std::lock_guard<std::mutex> g(mu);
+    if (auto *e = std::get_if<wire::JoinError>(&*r.message))
+      result = format("REFUSED status=%d %s", e->status, e->reason.c_str());
+    else if (std::holds_alternative<wire::JoinAdmitted>(*r.message))
+      result = "ADMITTED";
+    cv.notify_all();
+  }
+  MessageSink *on_message(QuicConnection *c, int64_t, const wire::FrameHeader &) override {
+    c->close(1, error(NEXAR_ERR_PROTOCOL, "data"));
+    return nullptr;
+  }
+  void on_closed(QuicConnection *c, const Status &why) override {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (result.empty()) result = "CLOSED " + why.message;
+      cv.notify_all();
+    }
+    ep->retire(c);
+  }
+};
+
+int forged_worker(int argc, char **argv) {
+  SocketAddress seed, local;
+  Status s = SocketAddress::parse(arg(argc, argv, "--seed"), &seed);
+  if (s) s = SocketAddress::parse("127.0.0.1:0", &local);
+  std::shared_ptr<TlsCredentials> creds;
+  if (s) s = TlsCredentials::create_anonymous(&creds);
+  if (!s) {
+    printf("PROBE_FAILED %s\n", s.message.c_str());
+    return 3;
+  }
+  EventLoop loop(-1);
+  Forger f;
+  QuicEndpoint ep(&loop, &f, 0, creds, 5000, 5000, 1000, TlsPolicy::join());
+  f.ep = &ep;
+  if (!(s = ep.open(local))) return 3;
+  loop.start();
+  loop.run_sync([&] {
+    QuicConnection *c = nullptr;
+    s = ep.connect(seed, UINT32_MAX, &c);
+  });
+  {
+    std::unique_lock<std::mutex> g(f.mu);
+    f.cv.wait_for(g, std::chrono::seconds(15), [&] { return !f.result.empty(); });
+    printf("%s\n", f.result.empty() ? "NO ANSWER" : f.result.c_str());
+  }
+  loop.run_sync([&] { ep.shutdown(error(NEXAR_ERR_CLOSED, "done")); });
+  loop.stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc >= 2 && !strcmp(argv[1], "fake-seed")) return fake_seed(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "impostor")) return impostor(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "forged-worker")) return forged_worker(argc, argv);
+  fprintf(stderr, "usage: nexar-cluster-probe fake-seed|impostor ...\n");
+  return 2;
+}

@@ -1,0 +1,207 @@
+/*
+ * A worker process for the cluster tests, written against the public C ABI
+ * only: it joins (nexar_comm_join, or nexar_comm_init_from_env with --env),
+ * exchanges checked messages with every other rank, runs a barrier (and an
+ * allreduce when the build has it), and reports on stdout:
+ *
+ *   JOINED rank=R size=N
+ *   P2P_OK rank=R peers=K bytes=B
+ *   BARRIER_OK rank=R
+ *   ALLREDUCE_OK rank=R | ALLREDUCE_UNSUPPORTED rank=R
+ *   DONE rank=R
+ *   JOIN_FAILED status=<code> <message>          (exit 3)
+ *   FAILED <what> status=<code> <message>        (exit 4)
+ *
+ *   cluster_worker [--env] [--skip-rank R] [--hold-file F] [--sleep-before-join S]
+ *
+ * --skip-rank R: rank R is not a worker like this one (a probe): no traffic to
+ * it and no collectives. --hold-file F: after the first exchange, wait (at
+ * most 60 s) until F exists, then exchange again.
+ */
+#include <nexar.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;
+  int errors;
+  char message[512];
+} waiter;
+
+static void on_done(void *ud, const nexar_completion_t *c) {
+  waiter *w = (waiter *)ud;
+  pthread_mutex_lock(&w->mu);
+  if (c->status != NEXAR_OK && w->errors++ == 0)
+    snprintf(w->message, sizeof w->message, "status=%d %s", c->status, c->message);
+  w->done++;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static int wait_for(waiter *w, int n, int seconds) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += seconds;
+  pthread_mutex_lock(&w->mu);
+  while (w->done < n)
+    if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) != 0) break;
+  int ok = w->done >= n;
+  pthread_mutex_unlock(&w->mu);
+  return ok;
+}
+
+static unsigned char byte_of(uint32_t from, uint32_t to, int round, size_t i) {
+  return (unsigned char)(from * 131u + to * 7u + (unsigned)round * 17u + (unsigned)(i % 251u));
+}
+
+/* Every rank sends to and receives from every other (non-skipped) rank. */
+static int exchange(nexar_comm_t *comm, int skip, int round, size_t bytes) {
+  uint32_t me = nexar_comm_rank(comm), n = nexar_comm_size(comm), peer;
+  unsigned char **in = calloc(n, sizeof *in), *out = malloc(bytes * n);
+  waiter w;
+  int posted = 0, peers = 0, bad = 0;
+  size_t i;
+  memset(&w, 0, sizeof w);
+  pthread_mutex_init(&w.mu, NULL);
+  pthread_cond_init(&w.cv, NULL);
+  for (peer = 0; peer < n; peer++) {
+    if (peer == me || (int)peer == skip) continue;
+    in[peer] = malloc(bytes);
+    if (nexar_recv(comm, in[peer], bytes, peer, (uint32_t)round, on_done, &w) != NEXAR_OK) {
+      printf("FAILED recv status=%d %s\n", -1, nexar_last_error_message());
+      return -1;
+    }
+    posted++;
+  }
+  for (peer = 0; peer < n; peer++) {
+    if (peer == me || (int)peer == skip) continue;
+    unsigned char *o = out + (size_t)peer * bytes;
+    for (i = 0; i < bytes; i++)
+      o[i] = byte_of(me, peer, round, i);
+    nexar_status_t s = nexar_send(comm, o, bytes, peer, (uint32_t)round, NULL, NULL);
+    if (s != NEXAR_OK) {
+      printf("FAILED send status=%d to rank %u: %s\n", s, peer, nexar_last_error_message());
+      return -1;
+    }
+    peers++;
+  }
+  if (!wait_for(&w, posted, 60)) {
+    printf("FAILED recv status=%d timed out after 60 s\n", NEXAR_ERR_TIMEOUT);
+    return -1;
+  }
+  if (w.errors) {
+    printf("FAILED recv %s\n", w.message);
+    return -1;
+  }
+  for (peer = 0; peer < n; peer++) {
+    if (!in[peer]) continue;
+    for (i = 0; i < bytes; i++)
+      if (in[peer][i] != byte_of(peer, me, round, i)) bad++;
+    free(in[peer]);
+  }
+  free(in);
+  free(out);
+  if (bad) {
+    printf("FAILED p2p status=0 %d corrupted bytes\n", bad);
+    return -1;
+  }
+  printf("P2P_OK rank=%u peers=%d bytes=%zu\n", me, peers, bytes);
+  fflush(stdout);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int use_env = 0, skip = -1, i;
+  const char *hold = NULL;
+  double sleep_before = 0;
+  for (i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--env"))
+      use_env = 1;
+    else if (!strcmp(argv[i], "--skip-rank") && i + 1 < argc)
+      skip = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--hold-file") && i + 1 < argc)
+      hold = argv[++i];
+    else if (!strcmp(argv[i], "--sleep-before-join") && i + 1 < argc)
+      sleep_before = atof(argv[++i]);
+    else {
+      fprintf(stderr, "unknown argument %s\n", argv[i]);
+      return 2;
+    }
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (sleep_before > 0) usleep((useconds_t)(sleep_before * 1e6));
+
+  nexar_comm_t *comm = NULL;
+  nexar_status_t s;
+  if (use_env) {
+    s = nexar_comm_init_from_env(&comm);
+  } else {
+    nexar_comm_options_t opts;
+    s = nexar_comm_options_init(&opts, sizeof opts);
+    if (s == NEXAR_OK) s = nexar_comm_join(&comm, &opts);
+  }
+  if (s != NEXAR_OK) {
+    printf("JOIN_FAILED status=%d %s\n", s, nexar_last_error_message());
+    return 3;
+  }
+  uint32_t me = nexar_comm_rank(comm), n = nexar_comm_size(comm);
+  printf("JOINED rank=%u size=%u\n", me, n);
+
+  if (exchange(comm, skip, 1, 1000) || exchange(comm, skip, 2, 300000)) {
+    nexar_comm_destroy(comm);
+    return 4;
+  }
+  if (skip < 0) {
+    s = nexar_barrier(comm, NULL, NULL);
+    if (s != NEXAR_OK) {
+      printf("FAILED barrier status=%d %s\n", s, nexar_last_error_message());
+      nexar_comm_destroy(comm);
+      return 4;
+    }
+    printf("BARRIER_OK rank=%u\n", me);
+    double x = (double)(me + 1), sum = 0;
+    s = nexar_allreduce(comm, &x, &sum, 1, NEXAR_DTYPE_F64, NEXAR_OP_SUM, NULL, NULL);
+    if (s == NEXAR_ERR_UNSUPPORTED) {
+      printf("ALLREDUCE_UNSUPPORTED rank=%u\n", me);
+    } else if (s != NEXAR_OK || sum != (double)n * (n + 1) / 2) {
+      printf("FAILED allreduce status=%d sum=%g %s\n", s, sum, nexar_last_error_message());
+      nexar_comm_destroy(comm);
+      return 4;
+    } else {
+      printf("ALLREDUCE_OK rank=%u\n", me);
+    }
+  }
+  if (hold) {
+    struct stat st;
+    int waited = 0;
+    while (stat(hold, &st) != 0 && waited < 600) {
+      usleep(100000);
+      waited++;
+    }
+    if (exchange(comm, skip, 3, 5000)) {
+      nexar_comm_destroy(comm);
+      return 4;
+    }
+  }
+  /* Nobody leaves before everyone is done with the traffic above. */
+  if (skip < 0 && (s = nexar_barrier(comm, NULL, NULL)) != NEXAR_OK) {
+    printf("FAILED barrier status=%d %s\n", s, nexar_last_error_message());
+    nexar_comm_destroy(comm);
+    return 4;
+  }
+  printf("DONE rank=%u\n", me);
+  /* A rank that destroys its communicator right after the last barrier can
+   * close its connections before its peers got the transport's ACK for their
+   * last barrier message, failing their barrier ("closed the connection").
+   * Linger briefly until nexar_comm_destroy does that itself. */
+  usleep(300000);
+  nexar_comm_destroy(comm);
+  return 0;
+}

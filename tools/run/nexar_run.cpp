@@ -1,0 +1,561 @@
+// nexar-run: start a nexar program as N processes that form one cluster.
+//
+//   nexar-run -n N [--host-file F] [--listen HOST:PORT] [--grace S]
+//             [--formation-timeout S] -- program [args...]
+//
+// It starts an embedded seed (on 127.0.0.1 for a local run) with a fresh
+// random cluster token, starts the N ranks with NEXAR_SEED, NEXAR_RANK,
+// NEXAR_WORLD_SIZE and NEXAR_CLUSTER_TOKEN in their environment (the program
+// calls nexar_comm_init_from_env), prefixes every line they print with their
+// rank ("[r3] ..."), and shows the formation progress on one line of stderr.
+// If a rank exits non-zero or is killed, the others get SIGTERM, then SIGKILL
+// after the grace period, and nexar-run exits non-zero naming that rank.
+//
+// With --host-file (lines "host [slots=K]"), ranks go to hosts in order; the
+// ranks of this host are started here and, for the others, the command to
+// run is printed for the user's own launcher (ssh, pdsh, a scheduler). The
+// seed must then listen on an address those hosts reach (--listen).
+//
+// Exit status: 0 when every local rank exited 0; else the first failing
+// rank's exit status (128 + signal when it was killed); 1 when formation
+// failed; 2 on a usage error. Built on the public C ABI only.
+#include <fcntl.h>
+#include <nexar.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char **environ;
+
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+int g_wake[2] = {-1, -1};  // self-pipe: signals and seed events wake the poll loop
+
+void on_signal(int sig) {
+  g_signal = sig;
+  const char b = 's';
+  ssize_t r = write(g_wake[1], &b, 1);
+  (void)r;
+}
+
+void usage(FILE *f) {
+  fprintf(f,
+          "usage: nexar-run -n N [--host-file F] [--listen HOST:PORT] [--grace SECONDS]\n"
+          "                 [--formation-timeout SECONDS] -- program [args...]\n"
+          "\n"
+          "  -n N                     number of ranks (with --host-file: default = its slots)\n"
+          "  --host-file F            lines \"host [slots=K]\"; ranks of other hosts are printed\n"
+          "                           as commands to run there\n"
+          "  --listen HOST:PORT       the seed's address (default 127.0.0.1:0; with a host file,\n"
+          "                           an address the other hosts reach)\n"
+          "  --grace S                after a failure, SIGKILL ranks still running after S\n"
+          "                           seconds (default 5)\n"
+          "  --formation-timeout S    give up when the world is not complete after S seconds\n"
+          "                           (default 60)\n");
+}
+
+std::string random_token() {
+  unsigned char b[32];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || read(fd, b, sizeof b) != static_cast<ssize_t>(sizeof b)) {
+    perror("nexar-run: /dev/urandom");
+    exit(1);
+  }
+  close(fd);
+  std::string s;
+  char h[3];
+  for (unsigned char c : b) {
+    snprintf(h, sizeof h, "%02x", c);
+    s += h;
+  }
+  return s;
+}
+
+std::string shell_quote(const std::string &s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789_-./:=@,+") == std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s)
+    q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  return "ended";
+}
+
+// Formation progress, written by the seed's thread.
+struct Progress {
+  std::mutex mu;
+  uint32_t joined = 0, world = 0;
+  bool formed = false, failed = false;
+  std::string failure;
+  std::vector<std::string> notes;  // refusals, printed by the main loop
+};
+
+void on_seed_event(void *ud, const nexar_seed_event_t *e) {
+  auto *p = static_cast<Progress *>(ud);
+  {
+    std::lock_guard<std::mutex> g(p->mu);
+    p->joined = e->joined;
+    p->world = e->world_size;
+    if (e->kind == NEXAR_SEED_EVENT_FORMED) p->formed = true;
+    if (e->kind == NEXAR_SEED_EVENT_FAILED) {
+      p->failed = true;
+      p->failure = e->message;
+    }
+    if (e->kind == NEXAR_SEED_EVENT_REFUSED) p->notes.push_back(e->message);
+  }
+  const char b = 'e';
+  ssize_t r = write(g_wake[1], &b, 1);
+  (void)r;
+}
+
+struct Rank {
+  uint32_t rank = 0;
+  pid_t pid = -1;
+  int out = -1, err = -1;  // pipes
+  std::string out_buf, err_buf;
+  bool running = false;
+  int status = 0;
+};
+
+class Output {
+ public:
+  explicit Output(bool tty) : tty_(tty) {}
+  void line(FILE *to, uint32_t rank, const std::string &text) {
+    clear();
+    fprintf(to, "[r%u] %s\n", rank, text.c_str());
+    fflush(to);
+    redraw();
+  }
+  void note(const std::string &text) {
+    clear();
+    fprintf(stderr, "nexar-run: %s\n", text.c_str());
+    fflush(stderr);
+    redraw();
+  }
+  // On a terminal: one line, redrawn. Otherwise (a log file): a line when
+  // forced (the outcome) or at most every two seconds.
+  void progress(const std::string &text, bool force = false) {
+    if (text == progress_) return;
+    progress_ = text;
+    if (tty_) {
+      redraw();
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_ < std::chrono::seconds(2)) return;
+    last_ = now;
+    fprintf(stderr, "nexar-run: %s\n", text.c_str());
+    fflush(stderr);
+  }
+  void done() {
+    clear();
+    progress_.clear();
+  }
+
+ private:
+  void clear() {
+    if (tty_ && shown_) {
+      fputs("\r\033[K", stderr);
+      shown_ = false;
+    }
+  }
+  void redraw() {
+    if (!tty_ || progress_.empty()) return;
+    fprintf(stderr, "\r\033[Knexar-run: %s", progress_.c_str());
+    fflush(stderr);
+    shown_ = true;
+  }
+  bool tty_;
+  bool shown_ = false;
+  std::string progress_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// Moves complete lines out of buf; at eof the rest too.
+void drain_lines(std::string &buf, bool eof, Output &out, FILE *to, uint32_t rank) {
+  size_t start = 0, nl;
+  while ((nl = buf.find('\n', start)) != std::string::npos) {
+    out.line(to, rank, buf.substr(start, nl - start));
+    start = nl + 1;
+  }
+  buf.erase(0, start);
+  if ((eof && !buf.empty()) || buf.size() > 65536) {
+    out.line(to, rank, buf);
+    buf.clear();
+  }
+}
+
+bool is_local_host(const std::string &h) {
+  char name[256] = {0};
+  gethostname(name, sizeof name - 1);
+  return h == "localhost" || h == "127.0.0.1" || h == "::1" || h == name;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  long n = -1;
+  double grace = 5.0, formation = -1;
+  std::string host_file, listen;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "nexar-run: %s needs a value\n", a.c_str());
+        exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--") {
+      ++i;
+      break;
+    } else if (a == "-n" || a == "--np") {
+      std::string v = value();
+      char *end = nullptr;
+      n = strtol(v.c_str(), &end, 10);
+      if (*end || n < 1 || n > 1024) {
+        fprintf(stderr, "nexar-run: -n %s is not in 1..1024\n", v.c_str());
+        return 2;
+      }
+    } else if (a == "--host-file" || a == "--hostfile") {
+      host_file = value();
+    } else if (a == "--listen") {
+      listen = value();
+    } else if (a == "--grace") {
+      grace = atof(value().c_str());
+    } else if (a == "--formation-timeout") {
+      formation = atof(value().c_str());
+    } else if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (!a.empty() && a[0] == '-') {
+      fprintf(stderr, "nexar-run: unknown option %s\n", a.c_str());
+      usage(stderr);
+      return 2;
+    } else {
+      break;  // the program (no "--")
+    }
+  }
+  if (i >= argc) {
+    fprintf(stderr, "nexar-run: no program given\n");
+    usage(stderr);
+    return 2;
+  }
+  std::vector<std::string> program(argv + i, argv + argc);
+
+  // Ranks and where they run.
+  std::vector<std::string> host_of;  // per rank; empty = here
+  if (!host_file.empty()) {
+    std::ifstream f(host_file);
+    if (!f) {
+      fprintf(stderr, "nexar-run: cannot read %s\n", host_file.c_str());
+      return 2;
+    }
+    std::string line;
+    std::vector<std::pair<std::string, long>> hosts;
+    while (std::getline(f, line)) {
+      line = line.substr(0, line.find('#'));
+      std::istringstream ss(line);
+      std::string host, opt;
+      if (!(ss >> host)) continue;
+      long slots = 1;
+      while (ss >> opt)
+        if (opt.rfind("slots=", 0) == 0) slots = atol(opt.c_str() + 6);
+      if (slots < 1) {
+        fprintf(stderr, "nexar-run: %s: bad slots for %s\n", host_file.c_str(), host.c_str());
+        return 2;
+      }
+      hosts.emplace_back(host, slots);
+    }
+    long total = 0;
+    for (auto &[h, s] : hosts)
+      total += s;
+    if (n < 0) n = total;
+    if (total < n || hosts.empty()) {
+      fprintf(stderr, "nexar-run: %s has %ld slots for %ld ranks\n", host_file.c_str(), total, n);
+      return 2;
+    }
+    for (auto &[h, s] : hosts)
+      for (long k = 0; k < s && static_cast<long>(host_of.size()) < n; ++k)
+        host_of.push_back(is_local_host(h) ? "" : h);
+    bool remote = false;
+    for (auto &h : host_of)
+      remote |= !h.empty();
+    if (remote && listen.empty()) {
+      fprintf(stderr,
+              "nexar-run: ranks run on other hosts: give --listen with an address of this host "
+              "that they reach (for example --listen 10.0.0.1:29400)\n");
+      return 2;
+    }
+  }
+  if (n < 0) {
+    fprintf(stderr, "nexar-run: -n is required\n");
+    usage(stderr);
+    return 2;
+  }
+  host_of.resize(static_cast<size_t>(n));
+  if (listen.empty()) listen = "127.0.0.1:0";
+
+  if (pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    perror("nexar-run: pipe");
+    return 1;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+
+  // The embedded seed, with a token made for this run.
+  const std::string token = random_token();
+  Progress progress;
+  nexar_seed_options_t opts;
+  if (nexar_seed_options_init(&opts, sizeof opts) != NEXAR_OK) {
+    fprintf(stderr, "nexar-run: %s\n", nexar_last_error_message());
+    return 2;
+  }
+  opts.listen_address = listen.c_str();
+  opts.world_size = static_cast<uint32_t>(n);
+  opts.cluster_token = token.c_str();
+  opts.token_file = nullptr;
+  opts.open = 0;
+  if (formation > 0) opts.formation_timeout_ms = static_cast<uint64_t>(formation * 1000);
+  opts.on_event = on_seed_event;
+  opts.event_user_data = &progress;
+  nexar_seed_t *seed = nullptr;
+  if (nexar_seed_start(&seed, &opts) != NEXAR_OK) {
+    fprintf(stderr, "nexar-run: cannot start the seed: %s\n", nexar_last_error_message());
+    return 1;
+  }
+  const std::string seed_addr = nexar_seed_address(seed);
+
+  Output out(isatty(2));
+  std::vector<Rank> ranks;
+  uint32_t local_count = 0;
+  for (uint32_t r = 0; r < n; ++r)
+    if (host_of[r].empty()) ++local_count;
+  uint32_t local_index = 0;
+  for (uint32_t r = 0; r < n; ++r) {
+    const std::string env_prefix = "NEXAR_SEED=" + seed_addr + " NEXAR_RANK=" + std::to_string(r) +
+                                   " NEXAR_WORLD_SIZE=" + std::to_string(n) +
+                                   " NEXAR_CLUSTER_TOKEN=" + token;
+    if (!host_of[r].empty()) {
+      std::string cmd = env_prefix;
+      for (auto &a : program)
+        cmd += " " + shell_quote(a);
+      printf("nexar-run: run on %s: %s\n", host_of[r].c_str(), cmd.c_str());
+      fflush(stdout);
+      continue;
+    }
+    int o[2], e[2];
+    if (pipe2(o, O_CLOEXEC) != 0 || pipe2(e, O_CLOEXEC) != 0) {
+      perror("nexar-run: pipe");
+      return 1;
+    }
+    Rank rk;
+    rk.rank = r;
+    rk.pid = fork();
+    if (rk.pid < 0) {
+      perror("nexar-run: fork");
+      return 1;
+    }
+    if (rk.pid == 0) {
+      setpgid(0, 0);
+      dup2(o[1], 1);
+      dup2(e[1], 2);
+      if (r != 0) {
+        int dn = open("/dev/null", O_RDONLY);
+        if (dn >= 0) dup2(dn, 0);
+      }
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGHUP, SIG_DFL);
+      setenv("NEXAR_SEED", seed_addr.c_str(), 1);
+      setenv("NEXAR_RANK", std::to_string(r).c_str(), 1);
+      setenv("NEXAR_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("NEXAR_CLUSTER_TOKEN", token.c_str(), 1);
+      setenv("NEXAR_LOCAL_RANK", std::to_string(local_index).c_str(), 1);
+      setenv("NEXAR_LOCAL_WORLD_SIZE", std::to_string(local_count).c_str(), 1);
+      unsetenv("NEXAR_CLUSTER_TOKEN_FILE");
+      std::vector<char *> av;
+      for (auto &a : program)
+        av.push_back(const_cast<char *>(a.c_str()));
+      av.push_back(nullptr);
+      execvp(av[0], av.data());
+      fprintf(stderr, "nexar-run: cannot run %s: %s\n", av[0], strerror(errno));
+      _exit(127);
+    }
+    setpgid(rk.pid, rk.pid);
+    close(o[1]);
+    close(e[1]);
+    rk.out = o[0];
+    rk.err = e[0];
+    rk.running = true;
+    ranks.push_back(std::move(rk));
+    ++local_index;
+  }
+
+  // Watch: output, exits, formation, signals.
+  const auto started = std::chrono::steady_clock::now();
+  int failed_rank = -1, failed_status = 0;
+  uint32_t stopped = 0;
+  bool stopping = false, killed = false, seed_stopped = false, announced = false;
+  auto stop_at = std::chrono::steady_clock::time_point::max();
+  auto stop_others = [&](int sig) {
+    for (auto &rk : ranks)
+      if (rk.running) kill(-rk.pid, sig);
+  };
+  auto begin_stop = [&]() {
+    if (stopping) return;
+    stopping = true;
+    for (auto &rk : ranks)
+      if (rk.running) ++stopped;
+    stop_others(SIGTERM);
+    stop_at = std::chrono::steady_clock::now() +
+              std::chrono::milliseconds(static_cast<long>(grace * 1000));
+  };
+  for (;;) {
+    bool any_running = false, any_pipe = false;
+    std::vector<pollfd> fds;
+    fds.push_back({g_wake[0], POLLIN, 0});
+    for (auto &rk : ranks) {
+      if (rk.out >= 0) fds.push_back({rk.out, POLLIN, 0});
+      if (rk.err >= 0) fds.push_back({rk.err, POLLIN, 0});
+      any_running |= rk.running;
+      any_pipe |= rk.out >= 0 || rk.err >= 0;
+    }
+    if (!any_running && !any_pipe) break;
+    poll(fds.data(), fds.size(), 100);
+    char buf[65536];
+    if (fds[0].revents & POLLIN)
+      while (read(g_wake[0], buf, sizeof buf) > 0) {
+      }
+    for (auto &rk : ranks) {
+      for (int *fd : {&rk.out, &rk.err}) {
+        if (*fd < 0) continue;
+        pollfd *p = nullptr;
+        for (auto &x : fds)
+          if (x.fd == *fd) p = &x;
+        if (!p || !(p->revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t k = read(*fd, buf, sizeof buf);
+        std::string &b = fd == &rk.out ? rk.out_buf : rk.err_buf;
+        FILE *to = fd == &rk.out ? stdout : stderr;
+        if (k > 0) {
+          b.append(buf, static_cast<size_t>(k));
+          drain_lines(b, false, out, to, rk.rank);
+        } else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
+          drain_lines(b, true, out, to, rk.rank);
+          close(*fd);
+          *fd = -1;
+        }
+      }
+    }
+    // Exits.
+    for (auto &rk : ranks) {
+      if (!rk.running) continue;
+      int st = 0;
+      if (waitpid(rk.pid, &st, WNOHANG) != rk.pid) continue;
+      rk.running = false;
+      rk.status = st;
+      const bool bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+      if (bad && failed_rank < 0 && !stopping) {
+        failed_rank = static_cast<int>(rk.rank);
+        failed_status = st;
+        out.note("rank " + std::to_string(rk.rank) + " (pid " + std::to_string(rk.pid) + ") " +
+                 describe_status(st) + "; stopping the other ranks");
+        begin_stop();
+      }
+    }
+    // Formation.
+    {
+      std::vector<std::string> notes;
+      bool formed, failed;
+      uint32_t joined, world;
+      std::string failure;
+      {
+        std::lock_guard<std::mutex> g(progress.mu);
+        notes.swap(progress.notes);
+        formed = progress.formed;
+        failed = progress.failed;
+        joined = progress.joined;
+        world = progress.world;
+        failure = progress.failure;
+      }
+      for (auto &s : notes)
+        out.note(s);
+      if (!announced) {
+        if (formed) {
+          out.done();
+          char took[32];
+          snprintf(
+              took, sizeof took, "%.1f",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+          out.note("cluster formed: " + std::to_string(world) + " ranks in " + took + " s");
+          announced = true;
+        } else if (failed) {
+          out.done();
+          out.note(failure);
+          announced = true;
+        } else {
+          out.progress("forming: " + std::to_string(joined) + "/" + std::to_string(n) +
+                       " ranks joined");
+        }
+      }
+      if ((formed || failed) && !seed_stopped) {
+        nexar_seed_stop(seed);  // not on the data path: done once formation ended
+        seed = nullptr;
+        seed_stopped = true;
+      }
+    }
+    if (g_signal && !stopping) {
+      out.note(std::string("interrupted (") + strsignal(g_signal) + "); stopping the ranks");
+      begin_stop();
+    }
+    if (stopping && !killed && std::chrono::steady_clock::now() >= stop_at) {
+      stop_others(SIGKILL);
+      killed = true;
+    }
+  }
+  out.done();
+  if (seed) nexar_seed_stop(seed);
+
+  if (failed_rank >= 0) {
+    fprintf(stderr, "nexar-run: failed: rank %d %s; %u other rank(s) stopped\n", failed_rank,
+            describe_status(failed_status).c_str(), stopped);
+    if (WIFEXITED(failed_status)) return WEXITSTATUS(failed_status);
+    if (WIFSIGNALED(failed_status)) return 128 + WTERMSIG(failed_status);
+    return 1;
+  }
+  if (g_signal) return 128 + g_signal;
+  bool formation_failed;
+  {
+    std::lock_guard<std::mutex> g(progress.mu);
+    formation_failed = progress.failed;
+  }
+  if (formation_failed) return 1;
+  return 0;
+}
