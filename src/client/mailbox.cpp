@@ -198,6 +198,13 @@ Mailbox::~Mailbox() {
 
 MessageSink *Mailbox::on_message(const MsgKey &key, uint64_t length, uint32_t check,
                                  QuicConnection *conn, int64_t stream_id) {
+  if (key.kind == static_cast<uint8_t>(wire::FrameKind::Collective)) {
+    auto run = running_.find(CollKey{key.comm_id, key.tag >> 24});
+    if (run != running_.end() && run->second.check != check) {
+      auto notify = run->second.on_mismatch;  // may end the collective
+      notify(key.peer);
+    }
+  }
   auto owned = std::make_unique<Incoming>(this, key, length, check, conn, stream_id);
   Incoming *m = owned.get();
   live_.emplace(m, std::move(owned));
@@ -226,6 +233,45 @@ void Mailbox::deliver_local(const MsgKey &key, const void *data, uint64_t length
     left -= k;
   }
   m->finish(true);
+}
+
+void Mailbox::begin_collective(uint64_t comm_id, uint64_t seq, uint32_t check,
+                               std::function<void(uint32_t)> on_mismatch) {
+  running_[CollKey{comm_id, seq}] = RunningCollective{check, on_mismatch};
+  for (auto &[k, q] : queues_) {
+    if (k.kind != static_cast<uint8_t>(wire::FrameKind::Collective) || k.comm_id != comm_id ||
+        (k.tag >> 24) != seq)
+      continue;
+    for (Incoming *m : q.unexpected) {
+      if (m->check_ != check) {
+        on_mismatch(k.peer);
+        return;
+      }
+    }
+  }
+}
+
+void Mailbox::end_collective(uint64_t comm_id, uint64_t seq) {
+  running_.erase(CollKey{comm_id, seq});
+  std::vector<MsgKey> idle;
+  for (auto &[k, q] : queues_) {
+    if (k.kind != static_cast<uint8_t>(wire::FrameKind::Collective) || k.comm_id != comm_id ||
+        (k.tag >> 24) != seq)
+      continue;
+    for (Incoming *m : q.unexpected) {
+      if (m->complete_) {
+        destroy_message(m);
+      } else {
+        // Still arriving: its stream keeps writing into it; drop it at the end.
+        m->release_buffer();
+        m->discard_ = true;
+      }
+    }
+    q.unexpected.clear();
+    if (q.posted.empty()) idle.push_back(k);
+  }
+  for (const MsgKey &k : idle)
+    queues_.erase(k);
 }
 
 void Mailbox::forget_connection(const QuicConnection *c) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -106,6 +107,14 @@ class Mailbox {
                           int64_t stream_id);
   // A message to ourselves: delivered without the network.
   void deliver_local(const MsgKey &key, const void *data, uint64_t length, uint32_t check);
+  // A collective starts or ends on this engine. While it runs, any frame of
+  // the same (communicator, sequence number) whose check differs, whatever
+  // its step, means ranks issued different collectives: on_mismatch(peer)
+  // is called at once (also for such frames that arrived earlier). When it
+  // ends, frames of it that nobody will receive any more are dropped.
+  void begin_collective(uint64_t comm_id, uint64_t seq, uint32_t check,
+                        std::function<void(uint32_t peer)> on_mismatch);
+  void end_collective(uint64_t comm_id, uint64_t seq);
   // The connection is going away: buffered messages stop returning credit to it.
   void forget_connection(const QuicConnection *c);
   // The peer is gone: every receive waiting on it fails with s.
@@ -134,6 +143,20 @@ class Mailbox {
   // Owns every message from its first byte until it is consumed.
   std::unordered_map<Incoming *, std::unique_ptr<Incoming>> live_;
   std::unordered_map<uint32_t, uint64_t> unexpected_per_peer_;
+  struct RunningCollective {
+    uint32_t check;
+    std::function<void(uint32_t)> on_mismatch;
+  };
+  struct CollKey {
+    uint64_t comm_id, seq;
+    bool operator==(const CollKey &o) const { return comm_id == o.comm_id && seq == o.seq; }
+  };
+  struct CollKeyHash {
+    size_t operator()(const CollKey &k) const {
+      return static_cast<size_t>(k.comm_id * 0x9E3779B97F4A7C15ull ^ k.seq);
+    }
+  };
+  std::unordered_map<CollKey, RunningCollective, CollKeyHash> running_;
   std::unordered_map<uint32_t, Status> dead_;
   uint64_t buffered_total_ = 0;
 };

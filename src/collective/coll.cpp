@@ -95,9 +95,28 @@ Task<Status> Coll::sendrecv(uint32_t to, const void *sdata, uint64_t sbytes, uin
 Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
                             Task<Status> (*algorithm)(Coll &)) {
   Coll coll(comm, op, kind, args);
+  Mailbox &box = comm->engine().mailbox();
+  const uint64_t seq = coll.seq();
+  box.begin_collective(comm->comm_id(), seq, coll.check(), [comm, op, &coll](uint32_t world_peer) {
+    int32_t rank = -1;
+    for (uint32_t r = 0; r < comm->size(); ++r)
+      if (comm->world_rank_of(r) == world_peer) rank = static_cast<int32_t>(r);
+    op->fail(error(NEXAR_ERR_MISMATCH,
+                   format("%s: rank %d issued a different collective (operation, dtype, count or "
+                          "root differ)",
+                          coll.what(), rank),
+                   rank));
+  });
+  // Ends the registration however the algorithm leaves (the callback above
+  // refers to this frame).
+  struct EndGuard {
+    Mailbox &box;
+    uint64_t comm_id, seq;
+    ~EndGuard() { box.end_collective(comm_id, seq); }
+  } guard{box, comm->comm_id(), seq};
   Status s = co_await algorithm(coll);
   if (op->failed()) s = op->status();
-  if (s.code == NEXAR_ERR_MISMATCH) comm->announce_mismatch(coll.seq(), s.message);
+  if (s.code == NEXAR_ERR_MISMATCH) comm->announce_mismatch(seq, s.message);
   co_return s;
 }
 

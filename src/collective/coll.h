@@ -55,6 +55,7 @@ class Coll {
   uint64_t seq() const { return op_->coll_seq(); }
   // "allreduce #12": the prefix of every message this collective reports.
   const char *what() const { return what_.c_str(); }
+  uint32_t check() const { return check_; }
 
   // Step numbers must differ between messages of one collective that travel
   // between the same two ranks (0 <= step < 2^24).

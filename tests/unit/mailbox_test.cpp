@@ -110,5 +110,32 @@ TEST_F(Fixture, PeerFailureFailsPostedReceives) {
   EXPECT_EQ(later.result().code, NEXAR_ERR_PEER_FAILED);
 }
 
+TEST_F(Fixture, RunningCollectiveSeesMismatchAtAnyStep) {
+  const uint8_t coll = static_cast<uint8_t>(wire::FrameKind::Collective);
+  auto frame = [&](uint64_t seq, uint32_t step, uint32_t check, uint32_t peer) {
+    uint8_t b = 1;
+    MessageSink *s =
+        box.on_message(MsgKey{peer, coll, 7, (seq << 24) | step}, 1, check, nullptr, -1);
+    s->write(&b, 1);
+    s->finish(true);
+  };
+  std::vector<uint32_t> seen;
+  box.begin_collective(7, 3, 1111, [&](uint32_t peer) { seen.push_back(peer); });
+  frame(3, 5, 1111, 2);  // same collective, any step: fine
+  EXPECT_TRUE(seen.empty());
+  frame(3, 9, 2222, 4);  // another check at a step nobody waits for
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], 4u);
+  frame(4, 0, 3333, 5);  // an early frame of the next collective, different check
+  box.end_collective(7, 3);
+  EXPECT_EQ(box.keys(), 1u) << "frames of the ended collective are dropped, others kept";
+  box.begin_collective(7, 4, 4444, [&](uint32_t peer) { seen.push_back(peer); });
+  ASSERT_EQ(seen.size(), 2u) << "a frame that arrived before the collective started counts";
+  EXPECT_EQ(seen[1], 5u);
+  box.end_collective(7, 4);
+  EXPECT_EQ(box.keys(), 0u);
+  EXPECT_EQ(box.buffered_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace nexar
