@@ -32,6 +32,21 @@ Engine::Engine(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
   endpoint_ = std::make_unique<QuicEndpoint>(&loop_, this, id_.cluster_id, creds_,
                                              cfg_.heartbeat_timeout_ms, cfg_.connect_timeout_ms,
                                              cfg_.heartbeat_interval_ms);
+  // A peer's frame for a collective already over here, with another check:
+  // tell everyone (ranks still waiting in that collective then fail with
+  // NEXAR_ERR_MISMATCH instead of timing out).
+  mailbox_->on_late_mismatch = [this](uint64_t comm_id, uint64_t seq, uint32_t peer) {
+    auto it = comms_.find(comm_id);
+    if (it == comms_.end()) return;
+    for (Communicator *comm : std::vector<Communicator *>(it->second)) {
+      int32_t rank = -1;
+      for (uint32_t r = 0; r < comm->size(); ++r)
+        if (comm->world_rank_of(r) == peer) rank = static_cast<int32_t>(r);
+      comm->announce_mismatch(seq, format("rank %u found that rank %d issued a different "
+                                          "collective",
+                                          comm->rank(), rank));
+    }
+  };
 }
 
 Engine::~Engine() {

@@ -199,10 +199,22 @@ Mailbox::~Mailbox() {
 MessageSink *Mailbox::on_message(const MsgKey &key, uint64_t length, uint32_t check,
                                  QuicConnection *conn, int64_t stream_id) {
   if (key.kind == static_cast<uint8_t>(wire::FrameKind::Collective)) {
-    auto run = running_.find(CollKey{key.comm_id, key.tag >> 24});
+    const CollKey ck{key.comm_id, key.tag >> 24};
+    auto run = running_.find(ck);
     if (run != running_.end() && run->second.check != check) {
       auto notify = run->second.on_mismatch;  // may end the collective
       notify(key.peer);
+    }
+    auto ended = ended_.find(ck);
+    if (run == running_.end() && ended != ended_.end()) {
+      // A frame of a collective that is over here: nobody will receive it.
+      if (ended->second != check && on_late_mismatch)
+        on_late_mismatch(key.comm_id, ck.seq, key.peer);
+      auto dropped = std::make_unique<Incoming>(this, key, length, check, conn, stream_id);
+      dropped->discard_ = true;
+      Incoming *raw = dropped.get();
+      live_.emplace(raw, std::move(dropped));
+      return raw;
     }
   }
   auto owned = std::make_unique<Incoming>(this, key, length, check, conn, stream_id);
@@ -252,7 +264,16 @@ void Mailbox::begin_collective(uint64_t comm_id, uint64_t seq, uint32_t check,
 }
 
 void Mailbox::end_collective(uint64_t comm_id, uint64_t seq) {
-  running_.erase(CollKey{comm_id, seq});
+  auto run = running_.find(CollKey{comm_id, seq});
+  if (run != running_.end()) {
+    ended_[run->first] = run->second.check;
+    ended_order_.push_back(run->first);
+    if (ended_order_.size() > 1024) {
+      ended_.erase(ended_order_.front());
+      ended_order_.pop_front();
+    }
+    running_.erase(run);
+  }
   std::vector<MsgKey> idle;
   for (auto &[k, q] : queues_) {
     if (k.kind != static_cast<uint8_t>(wire::FrameKind::Collective) || k.comm_id != comm_id ||

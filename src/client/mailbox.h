@@ -115,6 +115,9 @@ class Mailbox {
   void begin_collective(uint64_t comm_id, uint64_t seq, uint32_t check,
                         std::function<void(uint32_t peer)> on_mismatch);
   void end_collective(uint64_t comm_id, uint64_t seq);
+  // Called when a frame arrives for a collective that already ended here
+  // with another check (a peer ran something else): set by the engine.
+  std::function<void(uint64_t comm_id, uint64_t seq, uint32_t peer)> on_late_mismatch;
   // The connection is going away: buffered messages stop returning credit to it.
   void forget_connection(const QuicConnection *c);
   // The peer is gone: every receive waiting on it fails with s.
@@ -157,6 +160,10 @@ class Mailbox {
     }
   };
   std::unordered_map<CollKey, RunningCollective, CollKeyHash> running_;
+  // Recently ended collectives and their checks: later frames of them are
+  // dropped (and reported when their check differs). Bounded, oldest out.
+  std::unordered_map<CollKey, uint32_t, CollKeyHash> ended_;
+  std::deque<CollKey> ended_order_;
   std::unordered_map<uint32_t, Status> dead_;
   uint64_t buffered_total_ = 0;
 };

@@ -66,6 +66,8 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
   const uint64_t timeout_ms =
       barrier ? comm->config().barrier_timeout_ms : comm->config().collective_timeout_ms;
   deadline_ns_ = now_ns() + timeout_ms * kNsPerMs;
+  sent_.assign(comm->size(), 0);
+  heard_.assign(comm->size(), 0);
   // The whole collective shares one deadline: the timeout bounds the
   // operation, not each of its messages.
   what_ = format("%s #%llu (%s %.1f s)", coll_name(kind),
@@ -75,11 +77,13 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
 }
 
 Task<Status> Coll::send(uint32_t to, uint32_t step, const void *data, uint64_t bytes) {
+  sent_[to] = 1;
   return send_to(comm_, op_, deadline_ns_, to, wire::FrameKind::Collective, tag(step), check_, data,
                  bytes, what());
 }
 
 Task<Status> Coll::recv(uint32_t from, uint32_t step, void *data, uint64_t bytes) {
+  heard_[from] = 1;
   return recv_from(comm_, op_, deadline_ns_, from, wire::FrameKind::Collective, tag(step), check_,
                    data, bytes, what());
 }
@@ -90,6 +94,24 @@ Task<Status> Coll::sendrecv(uint32_t to, const void *sdata, uint64_t sbytes, uin
   both.push_back(send(to, step, sdata, sbytes));
   both.push_back(recv(from, step, rdata, rbytes));
   return when_all(op_, std::move(both));
+}
+
+Task<Status> Coll::confirm() {
+  std::vector<Task<Status>> t;
+  bool heard_any = false;
+  for (uint32_t p = 0; p < size(); ++p)
+    heard_any |= p != rank() && heard_[p];
+  for (uint32_t p = 0; p < size(); ++p) {
+    if (p == rank()) continue;
+    if (heard_[p] && !sent_[p])
+      t.push_back(send_to(comm_, op_, deadline_ns_, p, wire::FrameKind::Collective, tag(kDoneStep),
+                          check_, nullptr, 0, what()));
+    if (!heard_any && sent_[p])
+      t.push_back(recv_from(comm_, op_, deadline_ns_, p, wire::FrameKind::Collective,
+                            tag(kDoneStep), check_, nullptr, 0, what()));
+  }
+  if (t.empty()) co_return Status();
+  co_return co_await when_all(op_, std::move(t));
 }
 
 Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
@@ -115,6 +137,7 @@ Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, Co
     ~EndGuard() { box.end_collective(comm_id, seq); }
   } guard{box, comm->comm_id(), seq};
   Status s = co_await algorithm(coll);
+  if (s.ok() && !op->failed()) s = co_await coll.confirm();
   if (op->failed()) s = op->status();
   if (s.code == NEXAR_ERR_MISMATCH) comm->announce_mismatch(seq, s.message);
   co_return s;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "client/communicator.h"
 #include "core/buffer_pool.h"
@@ -61,12 +62,21 @@ class Coll {
   // between the same two ranks (0 <= step < 2^24).
   Task<Status> send(uint32_t to, uint32_t step, const void *data, uint64_t bytes);
   Task<Status> recv(uint32_t from, uint32_t step, void *data, uint64_t bytes);
+  // After the algorithm: a rank that only sent (a broadcast root, a reduce
+  // leaf) waits for an empty "done" frame from each rank it sent to, which
+  // every rank sends to the peers it heard from but never sent to. So a rank
+  // whose peers ran a different collective learns it instead of reporting
+  // success. Ranks that received anything already checked a peer's frame.
+  Task<Status> confirm();
+
   // Sends and receives at once (both must finish; the first failure wins).
   Task<Status> sendrecv(uint32_t to, const void *sdata, uint64_t sbytes, uint32_t from, void *rdata,
                         uint64_t rbytes, uint32_t step);
 
  private:
+  static constexpr uint32_t kDoneStep = (1u << 24) - 1;  // reserved for confirm()
   uint64_t tag(uint32_t step) const { return (seq() << 24) | step; }
+  std::vector<uint8_t> sent_, heard_;  // per peer: this rank sent to / received from it
 
   Communicator *comm_;
   OpContext *op_;

@@ -69,3 +69,39 @@ TEST(Barrier, TimeoutNamesTheMissingRank) {
   EXPECT_TRUE(named) << "the rank that never arrived is named";
   // Rank 2's first barrier is #1 too: it would now wait alone and time out.
 }
+
+// Ranks that only send in their collective (a broadcast root, reduce leaves)
+// used to report success while their peers ran something else; now every
+// involved rank gets NEXAR_ERR_MISMATCH, promptly.
+TEST(Mismatch, SendOnlyRanksLearnOfIt) {
+  nexar_comm_options_t opts;
+  ASSERT_EQ(nexar_comm_options_init(&opts, sizeof opts), NEXAR_OK);
+  opts.collective_timeout_ms = 20000;
+  for (uint32_t n : {2u, 3u, 5u}) {
+    World w(n, &opts);
+    ASSERT_TRUE(w.ok());
+    std::vector<nexar_status_t> got(n);
+    std::vector<std::string> msg(n);
+    std::vector<float> buf(64 * n, 1.0f), out(64 * n);
+    auto t0 = std::chrono::steady_clock::now();
+    on_each_rank(n, [&](uint32_t r) {
+      // Rank 0 broadcasts; everyone else reduces to rank 0, 200 ms later, so
+      // the root's sends are long done before anyone else starts.
+      if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (r == 0)
+
+        got[r] = nexar_broadcast(w[r], buf.data(), 64, NEXAR_DTYPE_F32, 0, nullptr, nullptr);
+      else
+        got[r] = nexar_reduce(w[r], buf.data(), out.data(), 64, NEXAR_DTYPE_F32, NEXAR_OP_SUM, 0,
+                              nullptr, nullptr);
+      msg[r] = nexar_last_error_message();
+    });
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "prompt";
+    for (uint32_t r = 0; r < n; ++r)
+      EXPECT_EQ(got[r], NEXAR_ERR_MISMATCH) << "world " << n << " rank " << r << ": " << msg[r];
+    // The communicator stays usable.
+    on_each_rank(n, [&](uint32_t r) {
+      EXPECT_EQ(nexar_barrier(w[r], nullptr, nullptr), NEXAR_OK) << nexar_last_error_message();
+    });
+  }
+}
