@@ -180,15 +180,7 @@ void Engine::send_control(uint32_t world_rank, const wire::ControlMessage &m) {
 }
 
 void Engine::send_control_on(QuicConnection *c, const wire::ControlMessage &m) {
-  std::vector<uint8_t> bytes = wire::encode_control(m);
-  PooledBuf buf = PooledBuf::unpooled(bytes.size());
-  memcpy(buf.data(), bytes.data(), bytes.size());
-  OutgoingMessage msg;
-  msg.header.kind = wire::FrameKind::Control;
-  msg.header.length = bytes.size();
-  msg.payload = buf.data();
-  msg.owned = std::move(buf);
-  c->send(std::move(msg), true, 0);
+  c->send_control(m);
 }
 
 void Engine::register_comm(Communicator *c) {

@@ -77,16 +77,7 @@ void SeedClient::send(const wire::ControlMessage &m, SendListener *listener) {
     if (listener) listener->on_send_done(error(NEXAR_ERR_CLOSED, "no connection to the seed"));
     return;
   }
-  std::vector<uint8_t> bytes = wire::encode_control(m);
-  PooledBuf buf = PooledBuf::unpooled(bytes.size());
-  memcpy(buf.data(), bytes.data(), bytes.size());
-  OutgoingMessage msg;
-  msg.header.kind = wire::FrameKind::Control;
-  msg.header.length = bytes.size();
-  msg.payload = buf.data();
-  msg.owned = std::move(buf);
-  msg.listener = listener;
-  conn_->send(std::move(msg), true, 0);
+  conn_->send_control(m, listener);
 }
 
 void SeedClient::fail(const Status &s, bool tell_seed) {

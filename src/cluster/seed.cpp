@@ -211,16 +211,7 @@ void Seed::emit(int32_t kind, int32_t rank, const std::string &message) {
 }
 
 void Seed::send(QuicConnection *c, const wire::ControlMessage &m, SendListener *listener) {
-  std::vector<uint8_t> bytes = wire::encode_control(m);
-  PooledBuf buf = PooledBuf::unpooled(bytes.size());
-  memcpy(buf.data(), bytes.data(), bytes.size());
-  OutgoingMessage msg;
-  msg.header.kind = wire::FrameKind::Control;
-  msg.header.length = bytes.size();
-  msg.payload = buf.data();
-  msg.owned = std::move(buf);
-  msg.listener = listener;
-  c->send(std::move(msg), true, 0);
+  c->send_control(m, listener);
 }
 
 Seed::Member *Seed::member_of(QuicConnection *c) {

@@ -383,6 +383,19 @@ QuicConnection::SendItem *QuicConnection::send(OutgoingMessage msg, bool control
   return enqueue(st, std::move(item));
 }
 
+void QuicConnection::send_control(const wire::ControlMessage &m, SendListener *listener) {
+  std::vector<uint8_t> bytes = wire::encode_control(m);
+  PooledBuf buf = PooledBuf::unpooled(bytes.size());
+  memcpy(buf.data(), bytes.data(), bytes.size());
+  OutgoingMessage msg;
+  msg.header.kind = wire::FrameKind::Control;
+  msg.header.length = bytes.size();
+  msg.payload = buf.data();
+  msg.owned = std::move(buf);
+  msg.listener = listener;
+  send(std::move(msg), true, 0);
+}
+
 bool QuicConnection::has_unacked() const {
   if (closed_) return false;
   if (!control_.items.empty()) return true;

@@ -25,6 +25,7 @@
 
 #include "core/buffer_pool.h"
 #include "core/status.h"
+#include "transport/codec.h"
 #include "transport/frame.h"
 #include "transport/socket_address.h"
 #include "transport/tls_credentials.h"
@@ -119,6 +120,8 @@ class QuicConnection {
   // (the stream's framing must stay intact) and `replacement` is told when
   // ngtcp2 no longer reads the caller's memory (returns true).
   bool cancel(SendItem *item, SendListener *replacement);
+  // Encodes a control message and queues it on the control stream.
+  void send_control(const wire::ControlMessage &m, SendListener *listener = nullptr);
   // Credit for bytes a sink kept and has now consumed.
   void release_credit(int64_t stream_id, size_t bytes);
 

@@ -57,15 +57,7 @@ std::string hex(std::span<const uint8_t> b) {
 }
 
 void send_control(QuicConnection *c, const wire::ControlMessage &m) {
-  std::vector<uint8_t> bytes = wire::encode_control(m);
-  PooledBuf buf = PooledBuf::unpooled(bytes.size());
-  memcpy(buf.data(), bytes.data(), bytes.size());
-  OutgoingMessage msg;
-  msg.header.kind = wire::FrameKind::Control;
-  msg.header.length = bytes.size();
-  msg.payload = buf.data();
-  msg.owned = std::move(buf);
-  c->send(std::move(msg), true, 0);
+  c->send_control(m);
 }
 
 std::string arg(int argc, char **argv, const char *name, const char *def = nullptr) {
