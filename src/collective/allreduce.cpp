@@ -45,9 +45,11 @@
 // optimal all-reduce algorithms for clusters of workstations" (JPDC 2009);
 // gloo/allreduce.cc (segmented ring).
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "collective/collectives.h"
+#include "collective/forced_choice.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
 #include "core/log.h"
@@ -71,31 +73,13 @@ constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
 constexpr uint32_t kPhaseFoldIn = 0, kPhaseRounds = 0, kPhaseFoldOut = 1, kPhaseGather = 2,
                    kPhaseRing = 0;
 
-enum class Algo { Auto = 0, RecursiveDoubling, HalvingDoubling, Ring, Invalid };
+enum class Algo { Auto = 0, RecursiveDoubling, HalvingDoubling, Ring };
 constexpr const char *kAlgoNames[] = {"auto", "recursive_doubling", "halving_doubling", "ring"};
 
-// The variable as read at first use (kept for messages).
-const char *env_text() {
-  static const std::string text = [] {
-    const char *t = std::getenv("NEXAR_ALLREDUCE_ALGO");
-    return std::string(t ? t : "");
-  }();
-  return text.c_str();
-}
-
-Algo forced_algo() {
-  static const Algo algo = [] {
-    const int i = sched::parse_choice(env_text(), kAlgoNames, 4);
-    if (i < 0) {
-      LOG_WARN(
-          "NEXAR_ALLREDUCE_ALGO=%s is not auto, recursive_doubling, halving_doubling or "
-          "ring: every allreduce fails",
-          env_text());
-      return Algo::Invalid;
-    }
-    return static_cast<Algo>(i);
-  }();
-  return algo;
+const ForcedChoice &forced() {
+  static const ForcedChoice f =
+      read_forced_choice("NEXAR_ALLREDUCE_ALGO", kAlgoNames, std::size(kAlgoNames), "allreduce");
+  return f;
 }
 
 struct Vec {
@@ -306,12 +290,10 @@ Task<Status> allreduce(Coll &c) {
     co_return Status();
   }
   if (v.count == 0) co_return Status();
-  Algo algo = forced_algo();
-  if (algo == Algo::Invalid)
+  if (forced().index < 0)
     co_return error(NEXAR_ERR_INVALID_ARGUMENT,
-                    format("%s: NEXAR_ALLREDUCE_ALGO=%s is not one of auto, recursive_doubling, "
-                           "halving_doubling, ring",
-                           c.what(), env_text()));
+                    format("%s: %s", c.what(), forced().problem.c_str()));
+  Algo algo = static_cast<Algo>(forced().index);
   if (algo == Algo::Auto) {
     if (v.bytes >= c.config().large_msg_bytes)
       algo = Algo::Ring;

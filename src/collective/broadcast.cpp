@@ -36,9 +36,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <string>
 
 #include "collective/collectives.h"
+#include "collective/forced_choice.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
 #include "core/log.h"
@@ -55,30 +57,13 @@ constexpr uint32_t kPhaseTree = 0, kPhaseScatter = 0, kPhaseChain = 0, kPhaseRin
 // per-message overhead than they gain in pipelining).
 constexpr uint64_t kChainMinSegmentBytes = 64 << 10;  // first message: step 0
 
-enum class Algo { Auto = 0, Binomial, ScatterAllgather, Chain, Invalid };
+enum class Algo { Auto = 0, Binomial, ScatterAllgather, Chain };
 constexpr const char *kAlgoNames[] = {"auto", "binomial", "scatter_allgather", "chain"};
 
-const char *env_text() {
-  static const std::string text = [] {
-    const char *t = std::getenv("NEXAR_BROADCAST_ALGO");
-    return std::string(t ? t : "");
-  }();
-  return text.c_str();
-}
-
-Algo forced_algo() {
-  static const Algo algo = [] {
-    const int i = sched::parse_choice(env_text(), kAlgoNames, 4);
-    if (i < 0) {
-      LOG_WARN(
-          "NEXAR_BROADCAST_ALGO=%s is not auto, binomial or scatter_allgather: every "
-          "broadcast fails",
-          env_text());
-      return Algo::Invalid;
-    }
-    return static_cast<Algo>(i);
-  }();
-  return algo;
+const ForcedChoice &forced() {
+  static const ForcedChoice f =
+      read_forced_choice("NEXAR_BROADCAST_ALGO", kAlgoNames, std::size(kAlgoNames), "broadcast");
+  return f;
 }
 
 // Sends [first, last) of buf (element offsets) to each child of v at once;
@@ -220,12 +205,10 @@ Task<Status> broadcast(Coll &c) {
   const uint32_t n = c.size();
   const uint64_t bytes = uint64_t{c.args().count} * c.esize();
   if (n == 1 || bytes == 0) co_return Status();
-  Algo algo = forced_algo();
-  if (algo == Algo::Invalid)
+  if (forced().index < 0)
     co_return error(NEXAR_ERR_INVALID_ARGUMENT,
-                    format("%s: NEXAR_BROADCAST_ALGO=%s is not one of auto, binomial, "
-                           "scatter_allgather, chain",
-                           c.what(), env_text()));
+                    format("%s: %s", c.what(), forced().problem.c_str()));
+  Algo algo = static_cast<Algo>(forced().index);
   if (algo == Algo::Auto)
     algo = n >= 3 && bytes >= c.config().large_msg_bytes ? Algo::Chain : Algo::Binomial;
   if (algo == Algo::Binomial) co_return co_await binomial(c);

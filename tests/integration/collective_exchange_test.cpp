@@ -12,12 +12,6 @@ using namespace nexar_test;
 
 namespace {
 
-#define NX_OK(expr)                                                                        \
-  do {                                                                                     \
-    nexar_status_t s_ = (expr);                                                            \
-    ASSERT_EQ(s_, NEXAR_OK) << nexar_status_str(s_) << ": " << nexar_last_error_message(); \
-  } while (0)
-
 // A byte that differs with (a, b, i): rank, block and position.
 uint8_t byte_of(uint64_t a, uint64_t b, uint64_t i) {
   uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 1) * 0xC2B2AE3D27D4EB4Full;

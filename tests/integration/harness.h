@@ -13,6 +13,13 @@
 #include <thread>
 #include <vector>
 
+// Asserts that a nexar call returned NEXAR_OK, showing the library's message.
+#define NX_OK(expr)                                                                        \
+  do {                                                                                     \
+    nexar_status_t s_ = (expr);                                                            \
+    ASSERT_EQ(s_, NEXAR_OK) << nexar_status_str(s_) << ": " << nexar_last_error_message(); \
+  } while (0)
+
 namespace nexar_test {
 
 // An in-process world of n ranks, destroyed at scope exit.

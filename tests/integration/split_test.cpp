@@ -12,12 +12,6 @@ using namespace nexar_test;
 
 namespace {
 
-#define NX_OK(expr)                                                                        \
-  do {                                                                                     \
-    nexar_status_t s_ = (expr);                                                            \
-    ASSERT_EQ(s_, NEXAR_OK) << nexar_status_str(s_) << ": " << nexar_last_error_message(); \
-  } while (0)
-
 // What a rank expects of its child: the parent ranks of the group, by new rank.
 struct Expected {
   std::vector<uint32_t> group;
