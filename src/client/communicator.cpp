@@ -96,7 +96,7 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
     return error(NEXAR_ERR_CLOSED, format("%s: the engine has stopped", name));
   }
   if (!slot) return {};
-  Status s = slot->wait();
+  Status s = slot->wait(engine_->config().spin_us);
   return s;
 }
 

@@ -29,6 +29,7 @@ Engine::Engine(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
       loop_(static_cast<int32_t>(id.rank)),
       mailbox_(std::make_unique<Mailbox>(pool_)),
       peers_(id.world_size) {
+  loop_.set_spin_us(cfg_.spin_us);
   endpoint_ = std::make_unique<QuicEndpoint>(&loop_, this, id_.cluster_id, creds_,
                                              cfg_.heartbeat_timeout_ms, cfg_.connect_timeout_ms,
                                              cfg_.heartbeat_interval_ms);

@@ -1,5 +1,6 @@
 #include "engine/completion_queue.h"
 
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -10,6 +11,17 @@ namespace {
 thread_local int t_callback_depth = 0;
 thread_local const OpTracker *t_running_tracker = nullptr;
 }  // namespace
+
+Status BlockingSlot::wait(uint32_t spin_us) {
+  if (spin_us) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+    while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+      sched_yield();  // ranks may outnumber cores: let the I/O thread run
+  }
+  std::unique_lock<std::mutex> g(mu);
+  cv.wait(g, [&] { return done.load(std::memory_order_relaxed); });
+  return status;
+}
 
 const OpTracker *running_tracker() {
   return t_running_tracker;

@@ -22,19 +22,17 @@ namespace nexar {
 struct BlockingSlot {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  std::atomic<bool> done{false};
   Status status;
   void complete(Status s) {
     std::lock_guard<std::mutex> g(mu);
     status = std::move(s);
-    done = true;
+    done.store(true, std::memory_order_release);
     cv.notify_one();
   }
-  Status wait() {
-    std::unique_lock<std::mutex> g(mu);
-    cv.wait(g, [&] { return done; });
-    return status;
-  }
+  // Polls for up to spin_us (NEXAR_SPIN_US) before sleeping: a sleeping
+  // caller costs a wake-up on the critical path of every blocking call.
+  Status wait(uint32_t spin_us);
 };
 
 // Counts a communicator's operations from submission until their callback

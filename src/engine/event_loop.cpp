@@ -1,10 +1,20 @@
 #include "engine/event_loop.h"
 
+#include <sched.h>
+
+#include <chrono>
 #include <condition_variable>
 
 #include "core/log.h"
 
 namespace nexar {
+namespace {
+uint64_t monotonic_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+}  // namespace
 
 EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
   loop_ = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
@@ -15,6 +25,7 @@ EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
   prepare_.data = this;
   ev_prepare_start(loop_, &prepare_);
   ev_idle_init(&idle_, &EventLoop::on_idle);
+  idle_.data = this;
 }
 
 EventLoop::~EventLoop() {
@@ -66,7 +77,9 @@ bool EventLoop::post(Command fn) {
     if (stopping_) return false;
     commands_.push_back(std::move(fn));
   }
-  ev_async_send(loop_, &wake_);
+  // A spinning loop drains the queue on its next pass; it clears spinning_
+  // before its last look at the queue, so a command is never stranded.
+  if (!spinning_.load()) ev_async_send(loop_, &wake_);
   return true;
 }
 
@@ -89,6 +102,10 @@ void EventLoop::run_sync(const Command &fn) {
   cv.wait(g, [&] { return done; });
 }
 
+void EventLoop::note_activity() {
+  if (spin_ns_) last_activity_ns_ = monotonic_ns();
+}
+
 void EventLoop::drain_commands() {
   for (;;) {
     std::deque<Command> batch;
@@ -97,6 +114,7 @@ void EventLoop::drain_commands() {
       batch.swap(commands_);
     }
     if (batch.empty()) return;
+    note_activity();
     for (auto &c : batch)
       c();
   }
@@ -124,6 +142,8 @@ void EventLoop::on_async(struct ev_loop *loop, ev_async *w, int) {
 
 void EventLoop::on_prepare(struct ev_loop *loop, ev_prepare *w, int) {
   auto *self = static_cast<EventLoop *>(w->data);
+  if (self->spinning_.load(std::memory_order_relaxed)) self->drain_commands();
+  if (self->spin_ns_ && !self->ready_.empty()) self->note_activity();
   // Resumed coroutines may queue writes and writes never resume coroutines,
   // so: drain, flush, and repeat while anything new became ready.
   for (int round = 0; round < 64; ++round) {
@@ -134,11 +154,36 @@ void EventLoop::on_prepare(struct ev_loop *loop, ev_prepare *w, int) {
     if (self->ready_.empty() && !more) break;
   }
   // Still work to do: an active idle watcher makes the poll return at once.
-  if (!self->ready_.empty()) ev_idle_start(loop, &self->idle_);
+  if (!self->ready_.empty()) {
+    ev_idle_start(loop, &self->idle_);
+    return;
+  }
+  if (self->spin_ns_) self->spin_or_sleep(loop);
+}
+
+void EventLoop::spin_or_sleep(struct ev_loop *loop) {
+  if (monotonic_ns() - last_activity_ns_ < spin_ns_) {
+    spinning_.store(true);
+    ev_idle_start(loop, &idle_);  // poll without sleeping
+    // Let another thread on this core run (ranks may outnumber cores).
+    sched_yield();
+    return;
+  }
+  if (!spinning_.load(std::memory_order_relaxed)) return;
+  spinning_.store(false);
+  // A post() that saw spinning_ == true did not wake us: look once more.
+  bool queued;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    queued = !commands_.empty();
+  }
+  if (queued) ev_idle_start(loop, &idle_);
 }
 
 void EventLoop::on_idle(struct ev_loop *loop, ev_idle *w, int) {
   ev_idle_stop(loop, w);
+  auto *self = static_cast<EventLoop *>(w->data);
+  if (!self->spinning_.load(std::memory_order_relaxed)) self->drain_commands();
 }
 
 }  // namespace nexar

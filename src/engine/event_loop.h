@@ -27,6 +27,15 @@ class EventLoop {
   EventLoop(const EventLoop &) = delete;
   EventLoop &operator=(const EventLoop &) = delete;
 
+  // Busy-poll for this long after the last activity before sleeping in epoll
+  // (NEXAR_SPIN_US; 0 = never). Waking a sleeping thread costs tens of
+  // microseconds on a virtual machine whose idle vCPUs halt; spinning trades
+  // CPU for that latency. Set before start().
+  void set_spin_us(uint32_t us) { spin_ns_ = uint64_t{us} * 1000; }
+  // Loop thread: something happened (a packet, a command, a resumption), so
+  // keep spinning for another spin_us.
+  void note_activity();
+
   void start();
   // Stops the thread after running the commands already queued; idempotent.
   void stop();
@@ -53,6 +62,7 @@ class EventLoop {
   static void on_prepare(struct ev_loop *, ev_prepare *w, int);
   static void on_idle(struct ev_loop *, ev_idle *w, int);
   void drain_commands();
+  void spin_or_sleep(struct ev_loop *loop);
   void run_ready();
 
   int32_t rank_;
@@ -66,6 +76,11 @@ class EventLoop {
   std::deque<Command> commands_;
   bool stopping_ = false;
   std::atomic<bool> started_{false};
+  uint64_t spin_ns_ = 0;
+  uint64_t last_activity_ns_ = 0;  // loop thread
+  // While true the loop polls without sleeping and picks up commands by
+  // itself, so post() skips the eventfd write.
+  std::atomic<bool> spinning_{false};
   std::deque<std::coroutine_handle<>> ready_;
   std::vector<std::function<bool()>> hooks_;
 };

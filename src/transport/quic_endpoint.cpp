@@ -121,6 +121,7 @@ void QuicEndpoint::on_readable(struct ev_loop *, ev_io *w, int revents) {
 void QuicEndpoint::read_socket() {
   for (size_t batch = 0; batch < kMaxReadBatches; ++batch) {
     if (socket_.receive_batch(rx_, 64) == 0) return;
+    loop_->note_activity();
     const uint64_t ts = now_ns();  // one clock read per batch
     for (const auto &d : rx_) {
       for (size_t off = 0; off < d.len; off += d.segment_size) {
