@@ -219,7 +219,7 @@ std::string fmt_us(double us) {
 std::string fmt_bw(const std::string &op, double gbps) {
   if (op == "barrier") return "-";
   char b[32];
-  snprintf(b, sizeof b, gbps < 0.01 ? "%.4f" : "%.3f", gbps);
+  snprintf(b, sizeof b, "%.3g", gbps);
   return b;
 }
 

@@ -232,6 +232,10 @@ class Worker {
       this->op();
 
     phase("timed");
+    if (const char *stall = getenv("NEXAR_BENCH_TEST_STALL_SECS"); stall && rank_ == 0) {
+      // For the test of the driver's timeout: this rank hangs here.
+      std::this_thread::sleep_for(std::chrono::seconds(atoi(stall)));
+    }
     std::vector<double> t(size_t(it.iters));
     for (int i = 0; i < it.iters; ++i) {
       ok(nexar_barrier(c_, nullptr, nullptr), "nexar_barrier");
