@@ -35,6 +35,12 @@ inline std::string &phase() {
   return p;
 }
 
+// Sets the phase and tells the watchdog (its deadline is per row).
+inline void setPhase(int rank, const std::string &p) {
+  phase() = p;
+  benchm::watchdogNote("rank " + std::to_string(rank) + " " + p);
+}
+
 template <class Backend>
 std::string checkOnce(Backend &b, const std::string &op, const benchm::Layout &l,
                       std::vector<float> &in, std::vector<float> &out) {
@@ -102,25 +108,23 @@ void runRow(Backend &b, const benchm::Args &a, std::uint64_t requested_bytes) {
   const benchm::Iters it = benchm::itersFor(l.bytes, a.warmup, a.iters);
   const double div = benchm::timeDivisor(op);
   const std::string where = op + " " + std::to_string(l.bytes) + " B";
-  benchm::watchdog("rank " + std::to_string(rank) + " " + where + " (limit " +
-                       std::to_string(a.timeout_s) + " s, --timeout)",
-                   a.timeout_s);
+  benchm::watchdog("rank " + std::to_string(rank) + " " + where, a.timeout_s);
 
   std::vector<float> in(std::max<std::size_t>(l.in_count, 1)),
       out(std::max<std::size_t>(l.out_count, 1));
-  phase() = where + ", setup";
+  setPhase(rank, where + ", setup");
   b.prepare(op, l, in.data(), out.data());
 
-  phase() = where + ", check";
+  setPhase(rank, where + ", check");
   const std::string check = checkOnce(b, op, l, in, out);
   std::fill(in.begin(), in.end(), 0.0f);
   std::fill(out.begin(), out.end(), 0.0f);
 
-  phase() = where + ", warm-up";
+  setPhase(rank, where + ", warm-up");
   for (int i = 0; i < it.warmup; ++i)
     b.run();
 
-  phase() = where + ", timed";
+  setPhase(rank, where + ", timed");
   std::vector<double> times(std::size_t(it.iters));
   for (int i = 0; i < it.iters; ++i) {
     b.barrier();
@@ -129,14 +133,14 @@ void runRow(Backend &b, const benchm::Args &a, std::uint64_t requested_bytes) {
     times[std::size_t(i)] = (benchm::nowUs() - t0) / div;
   }
 
-  phase() = where + ", loop";
+  setPhase(rank, where + ", loop");
   b.barrier();
   const double c0 = benchm::cpuUs(), w0 = benchm::nowUs();
   for (int i = 0; i < it.iters; ++i)
     b.run();
   const double w1 = benchm::nowUs(), c1 = benchm::cpuUs();
 
-  phase() = where + ", statistics";
+  setPhase(rank, where + ", statistics");
   b.maxDoubles(&times);
   std::vector<double> loop = {(w1 - w0) / it.iters / div};
   b.maxDoubles(&loop);
