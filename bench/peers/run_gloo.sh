@@ -10,8 +10,9 @@ fi
 n=$1 outdir=$2
 shift 2
 store=$(mktemp -d "${TMPDIR:-/tmp}/gloo-store.XXXXXX")
-trap 'rm -rf "$store"' EXIT
 pids=()
+trap 'rm -rf "$store"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null; exit 143' INT TERM
 for ((r = 0; r < n; r++)); do
   if [ "$r" -eq 0 ]; then
     "$outdir/gloo_bench" --rank "$r" --world "$n" --store "$store" "$@" &
