@@ -9,9 +9,10 @@ endif()
 set(_check ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_bench_output.py
            $<TARGET_FILE:nexar-bench>)
 
-# Every op, nexar only, --json and --csv.
+# Every op, nexar only, --json, --csv and --plot.
 add_test(NAME bench.every_op_rows_json_csv
-         COMMAND ${_check} all --ranks 2 --sizes 8,4K --iters 5 --warmup 1 --timeout 120)
+         COMMAND ${_check} all --ranks 2 --sizes 8,4K --iters 5 --warmup 1 --timeout 120
+                 --plot plot.png)
 set_tests_properties(bench.every_op_rows_json_csv PROPERTIES TIMEOUT 600)
 
 # A worker that hangs is killed after --timeout; its rows are reported failed.
