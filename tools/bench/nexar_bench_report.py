@@ -28,9 +28,10 @@ OPS = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "bar
 LIBS = ["nexar", "openmpi", "openmpi-shm", "gloo", "gloo-hd"]
 
 
-def sh(*cmd):
+def sh(*cmd, cwd=None):
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20,
+                              cwd=cwd).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -40,13 +41,15 @@ def deb_version(pkg):
     return v or "not installed"
 
 
-def machine():
+def machine(repo):
     cpu, flags = "unknown", ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name") and cpu == "unknown":
                     cpu = line.split(":", 1)[1].strip()
+                if line.startswith("flags") and not flags:
+                    flags = line
     except OSError:
         pass
     mem = ""
@@ -62,13 +65,14 @@ def machine():
             osname = re.search(r'PRETTY_NAME="([^"]*)"', f.read()).group(1)
     except (OSError, AttributeError):
         pass
-    virt = sh("systemd-detect-virt") or "unknown"
+    virt = "virtual machine" if " hypervisor" in flags else "bare metal"
     gxx = sh("g++", "-dumpfullversion")
-    commit = sh("git", "rev-parse", "--short", "HEAD")
-    dirty = " (with local changes)" if sh("git", "status", "--porcelain", "--untracked-files=no") else ""
+    commit = sh("git", "rev-parse", "--short", "HEAD", cwd=repo) or "(unknown commit)"
+    dirty = (" (with local changes)"
+             if sh("git", "status", "--porcelain", "--untracked-files=no", cwd=repo) else "")
     return [
         f"- CPU: {cpu}, {os.cpu_count()} vCPUs{', ' + mem if mem else ''}; "
-        f"virtualization: {virt}",
+        f"{virt}",
         f"- Kernel {platform.release()}, {osname or platform.system()}",
         f"- g++ {gxx}; nexar {commit}{dirty} (ngtcp2 {deb_version('libngtcp2-dev')}, "
         f"GnuTLS {deb_version('libgnutls28-dev')})",
@@ -155,7 +159,7 @@ def main():
     body = [BEGIN, "", f"Measured {now} with:", "", "```sh", args.command, "```", ""]
     if args.note:
         body += [args.note, ""]
-    body += ["Machine:", ""] + machine() + [""]
+    body += ["Machine:", ""] + machine(os.path.dirname(os.path.abspath(args.doc))) + [""]
     body += [f"{len(rows)} rows, {failed} failed. Times are microseconds; busbw in GB/s "
              "(1e9 B/s); ×lib = lib median / nexar median, so **above 1 means nexar is "
              "faster**, below 1 that the library is.", ""]
