@@ -205,6 +205,9 @@ class Driver {
           run_one({lib, op, n});
         progress_.clear();
         print_table(op, n, first);
+        // Rows so far, so that an interrupted run keeps what it measured.
+        if (!o_.json_path.empty()) write_json(o_.json_path);
+        if (!o_.csv_path.empty()) write_csv(o_.csv_path);
       }
     progress_.clear();
     int status = 0;
