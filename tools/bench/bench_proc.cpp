@@ -19,6 +19,39 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Process groups alive now, for the SIGINT/SIGTERM handler: the children run
+// in groups of their own, so a Ctrl-C at the terminal does not reach them.
+constexpr int kMaxGroups = 16;
+volatile sig_atomic_t g_groups[kMaxGroups];
+
+void on_signal(int sig) {
+  for (int i = 0; i < kMaxGroups; ++i)
+    if (g_groups[i] > 0) kill(-pid_t(g_groups[i]), SIGTERM);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void track(pid_t pgid, bool add) {
+  static bool installed = false;
+  if (!installed) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGHUP, &sa, nullptr);
+    installed = true;
+  }
+  for (int i = 0; i < kMaxGroups; ++i) {
+    if (add && g_groups[i] == 0) {
+      g_groups[i] = pgid;
+      return;
+    }
+    if (!add && g_groups[i] == pgid) g_groups[i] = 0;
+  }
+}
+
 int ms_until(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   return static_cast<int>(std::clamp<long long>(left.count(), 0, 1000));
@@ -75,8 +108,11 @@ bool ProcessGroup::start(const std::vector<std::string> &argv, const std::vector
     dprintf(err[1], "cannot run %s: %s\n", av[0], strerror(errno));
     _exit(127);
   }
-  if (first) pgid_ = pid;
-  setpgid(pid, pgid_);
+  setpgid(pid, first ? pid : pgid_);
+  if (first) {
+    pgid_ = pid;
+    track(pgid_, true);
+  }
   if (devnull >= 0) close(devnull);
   if (first) {
     close(out[1]);
@@ -188,7 +224,7 @@ void ProcessGroup::kill_all() {
   reap(false);
   if (any_running()) {
     kill(-pgid_, SIGTERM);
-    const auto until = Clock::now() + std::chrono::seconds(2);
+    const auto until = Clock::now() + std::chrono::seconds(5);
     while (any_running() && Clock::now() < until) {
       pump_stderr(10);
       reap(false);
@@ -200,6 +236,7 @@ void ProcessGroup::kill_all() {
   }
   // Grandchildren (mpirun's ranks) may outlive their parent: end the group.
   kill(-pgid_, SIGKILL);
+  track(pgid_, false);
   pgid_ = -1;
 }
 
