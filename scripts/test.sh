@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# The peers of nexar-bench's --compare test (Open MPI, Gloo) and matplotlib
+# for its plot; ctest cannot install packages.
+bench/peers/install.sh
+tools/bench/install-plot-deps.sh
 jobs=$(nproc)
 
 echo "== format check"

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""CI check of nexar-bench: runs it, then checks what it wrote.
+
+usage: check_bench_output.py BENCH_EXE [--mode rows|timeout] [nexar-bench arguments...]
+
+mode rows (default): runs `BENCH_EXE ARGS --json J --csv C` and asserts that
+  it exits 0; that the JSON is an array with one row per expected (lib, op,
+  ranks, size) and nothing else, every key present with the right type, every
+  check "ok", times positive and ordered (min <= median <= max), bandwidths
+  positive (zero for barrier), bytes as bench_measure.h lays them out; that
+  the CSV holds the same rows; and that the terminal table names every op.
+  With --plot in ARGS it also asserts a PNG was written (when a python3 with
+  matplotlib is there; otherwise --plot is left out).
+  With --compare in ARGS and the peers' packages not installed (Open MPI:
+  openmpi-bin, libopenmpi-dev; Gloo: libgloo-dev) it skips (exit 77): ctest
+  cannot install packages; scripts/test.sh installs them first.
+mode timeout: runs with NEXAR_BENCH_TEST_STALL_SECS set (the worker stalls
+  in its first timed phase) and asserts that the run ends well before the
+  stall would, exits 1, and reports every row as failed, naming lib, op, size.
+
+Figures are never asserted.
+"""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+KEYS = {"lib": str, "op": str, "ranks": int, "bytes": int, "median_us": float, "min_us": float,
+        "max_us": float, "loop_us": float, "algbw_gbps": float, "busbw_gbps": float,
+        "cpu_us": float, "check": str}
+OPS = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "pingpong",
+       "stream"]
+PEER_PACKAGES = {"openmpi": ["openmpi-bin", "libopenmpi-dev"],
+                 "openmpi-shm": ["openmpi-bin", "libopenmpi-dev"],
+                 "gloo": ["libgloo-dev"], "gloo-hd": ["libgloo-dev"]}
+SKIP = 77
+
+
+def fail(msg):
+    print(f"check_bench_output: FAIL: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def arg(args, name, default=None):
+    return args[args.index(name) + 1] if name in args else default
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.upper().removesuffix("IB").removesuffix("B")
+    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
+
+
+def expected_ops(spec):
+    ops = []
+    for op in spec.split(","):
+        for o in OPS if op == "all" else ["pingpong", "stream"] if op == "p2p" else [op]:
+            if o not in ops:
+                ops.append(o)
+    return ops
+
+
+def layout_bytes(op, size, n):
+    """bench_measure.h's layoutFor: the bytes a row reports."""
+    if op == "barrier":
+        return 0
+    floats = max(size // 4, 1)
+    if op in ("allgather", "reduce_scatter", "alltoall"):
+        return max(floats // n, 1) * n * 4
+    return floats * 4
+
+
+def installed(pkg):
+    if not shutil.which("dpkg-query"):
+        return False
+    r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True, text=True)
+    return "install ok installed" in r.stdout
+
+
+def check_row(r, where):
+    if set(r) != set(KEYS):
+        fail(f"{where}: keys {sorted(r)} are not {sorted(KEYS)}")
+    for k, t in KEYS.items():
+        v = r[k]
+        if t is float and not (isinstance(v, (int, float)) and not isinstance(v, bool)):
+            fail(f"{where}: {k} is not a number: {v!r}")
+        if t is int and not (isinstance(v, int) and not isinstance(v, bool)):
+            fail(f"{where}: {k} is not an integer: {v!r}")
+        if t is str and not isinstance(v, str):
+            fail(f"{where}: {k} is not a string: {v!r}")
+    if r["check"] != "ok":
+        fail(f"{where}: check is {r['check']!r}")
+    for k in ("median_us", "min_us", "max_us", "loop_us"):
+        if not r[k] > 0:
+            fail(f"{where}: {k} = {r[k]} is not positive")
+    if not r["min_us"] <= r["median_us"] <= r["max_us"]:
+        fail(f"{where}: not min_us <= median_us <= max_us: {r}")
+    if not r["cpu_us"] >= 0:
+        fail(f"{where}: cpu_us = {r['cpu_us']} is negative")
+    if r["op"] == "barrier":
+        if r["busbw_gbps"] != 0 or r["algbw_gbps"] != 0:
+            fail(f"{where}: barrier has a bandwidth")
+    elif not (r["algbw_gbps"] > 0 and r["busbw_gbps"] > 0):
+        fail(f"{where}: bandwidths are not positive: {r}")
+
+
+def run(bench, args, json_path, csv_path, env=None, timeout=1200):
+    cmd = [bench] + args + ["--json", json_path, "--csv", csv_path]
+    print("+ " + " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    sys.stdout.write(p.stdout)
+    sys.stderr.write(p.stderr)
+    return p, time.monotonic() - t0
+
+
+def mode_rows(bench, args, tmp):
+    compare = [l for l in arg(args, "--compare", "").split(",") if l]
+    missing = sorted({p for l in compare for p in PEER_PACKAGES.get(l, []) if not installed(p)})
+    if missing:
+        print(f"check_bench_output: skipped: peer packages not installed: {' '.join(missing)} "
+              "(bench/peers/install.sh installs them)")
+        sys.exit(SKIP)
+    plot = arg(args, "--plot")
+    if plot and not any(shutil.which(py) and subprocess.run(
+            [py, "-c", "import matplotlib"], capture_output=True).returncode == 0
+            for py in ("python3", "/usr/bin/python3")):
+        # nexar-bench would install matplotlib; a test must not.
+        print("check_bench_output: no matplotlib (tools/bench/install-plot-deps.sh): "
+              "--plot not checked")
+        i = args.index("--plot")
+        del args[i:i + 2]
+        plot = None
+    if plot:
+        plot = os.path.join(tmp, os.path.basename(plot))
+        args[args.index("--plot") + 1] = plot
+    j, c = os.path.join(tmp, "rows.json"), os.path.join(tmp, "rows.csv")
+    p, _ = run(bench, args, j, c)
+    if p.returncode != 0:
+        fail(f"nexar-bench exited with status {p.returncode}")
+    try:
+        with open(j) as f:
+            rows = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"--json output is not valid JSON: {e}")
+    if not isinstance(rows, list):
+        fail("--json output is not an array")
+
+    ops = expected_ops(args[0])
+    ranks = [int(n) for n in arg(args, "--ranks", "2").split(",")]
+    sizes = [parse_size(s) for s in arg(args, "--sizes", "8,4K,256K,4M,64M").split(",")]
+    expected = []
+    for n in ranks:
+        for op in ops:
+            for lib in ["nexar"] + [l for l in compare if l != "gloo-hd" or op == "allreduce"]:
+                for s in [0] if op == "barrier" else sizes:
+                    expected.append((lib, op, n, layout_bytes(op, s, n)))
+    got = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            fail(f"row {i} is not an object")
+        check_row(r, f"row {i} ({r.get('lib')} {r.get('op')} {r.get('bytes')})")
+        got.append((r["lib"], r["op"], r["ranks"], r["bytes"]))
+    if sorted(got) != sorted(expected):
+        fail(f"rows {sorted(got)}\n  differ from the expected {sorted(expected)}")
+
+    with open(c, newline="") as f:
+        table = list(csv.reader(f))
+    if not table or table[0] != list(KEYS):
+        fail(f"CSV header {table[:1]} is not {list(KEYS)}")
+    if len(table) != len(rows) + 1:
+        fail(f"CSV has {len(table) - 1} rows, JSON {len(rows)}")
+    for i, (line, r) in enumerate(zip(table[1:], rows)):
+        if len(line) != len(KEYS):
+            fail(f"CSV row {i} has {len(line)} fields")
+        for k, v in zip(KEYS, line):
+            want = r[k]
+            ok = v == want if isinstance(want, str) else abs(float(v) - want) <= 1e-6 * abs(want)
+            if not ok:
+                fail(f"CSV row {i} {k} = {v!r}, JSON has {want!r}")
+
+    for n in ranks:
+        for op in ops:
+            if f"{op}, {n} ranks" not in p.stdout:
+                fail(f"no table for {op}, {n} ranks on stdout")
+    if compare and "\u00d7" + compare[0] not in p.stdout:
+        fail(f"no ratio column \u00d7{compare[0]} in the table")
+    if plot:
+        with open(plot, "rb") as f:
+            if f.read(8) != b"\x89PNG\r\n\x1a\n":
+                fail("--plot did not write a PNG")
+    print(f"check_bench_output: ok ({len(rows)} rows)")
+
+
+def mode_timeout(bench, args, tmp):
+    stall = 120
+    env = dict(os.environ, NEXAR_BENCH_TEST_STALL_SECS=str(stall))
+    j, c = os.path.join(tmp, "rows.json"), os.path.join(tmp, "rows.csv")
+    p, took = run(bench, args, j, c, env=env, timeout=stall)
+    if p.returncode != 1:
+        fail(f"a stalled worker should make nexar-bench exit 1, not {p.returncode}")
+    if took > stall / 2:
+        fail(f"nexar-bench took {took:.0f} s: the stall was not cut short by --timeout")
+    with open(j) as f:
+        rows = json.load(f)
+    op = args[0]
+    if not rows:
+        fail("no rows: failed rows must be reported")
+    for r in rows:
+        if not r["check"].startswith("FAIL:"):
+            fail(f"row {r} should have failed")
+        if f"nexar {op}" not in r["check"]:
+            fail(f"failed row {r['check']!r} does not name the lib and op")
+    print(f"check_bench_output: ok (stall ended after {took:.1f} s): {rows[0]['check']}")
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    bench, args = sys.argv[1], sys.argv[2:]
+    mode = "rows"
+    if args[0] == "--mode":
+        mode, args = args[1], args[2:]
+    with tempfile.TemporaryDirectory(prefix="nexar-bench-check.") as tmp:
+        (mode_timeout if mode == "timeout" else mode_rows)(bench, args, tmp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
