@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every test
 # (ctest), then builds again with AddressSanitizer + UndefinedBehaviorSanitizer
-# and runs the tests once more under them.
+# and runs the tests once more under them, then with ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -25,4 +25,14 @@ if [ "${NEXAR_SKIP_SANITIZERS:-0}" != "1" ]; then
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      LSAN_OPTIONS="suppressions=$PWD/../tests/lsan.supp" \
      ctest --output-on-failure -j1 --timeout 1800)
+
+  # ThreadSanitizer for the engine: every test but the exhaustive sweeps and
+  # the tool checks (TSan runs 5-15x slower; the sweeps add coverage of
+  # arithmetic, not of threads, and already ran above).
+  echo "== TSan build and tests"
+  BUILD_TYPE=Debug scripts/build.sh build-tsan -DNEXAR_SANITIZE=thread -DCMAKE_CXX_FLAGS="-O1"
+  heavy='EveryDtypeAndOpOnEveryAlgorithm|AllPairsAllSizes|ForcedAlgorithms|SegmentsOfEveryBlock'
+  heavy+='|SurvivesRandomInput|CountsOnEveryWorldSize|/N13|^bench\.'
+  (cd build-tsan && TSAN_OPTIONS="halt_on_error=1" \
+     ctest --output-on-failure -j1 --timeout 900 -E "$heavy")
 fi
