@@ -204,7 +204,7 @@ void Seed::emit(int32_t kind, int32_t rank, const std::string &message) {
   SeedEvent e;
   e.kind = kind;
   e.rank = rank;
-  e.joined = admitted_;
+  e.joined = joined_count_.load();  // emit also runs on the starting thread
   e.world_size = cfg_.world_size;
   e.message = message;
   cfg_.on_event(e);
