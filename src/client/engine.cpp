@@ -11,6 +11,8 @@
 
 namespace nexar {
 namespace {
+// Longer than max_ack_delay plus the loop's timer granularity (1 ms).
+constexpr uint64_t kAckLingerMs = 3;
 constexpr uint16_t kProtocolVersion = 1;
 
 std::string host_name() {
@@ -85,12 +87,17 @@ void Engine::close_connections() {
   // Let what was already sent reach the peers first: a rank that destroys its
   // communicator right after a barrier must not cut off the barrier's last
   // messages. Bounded: a dead peer is cut off after a short grace period.
-  const uint64_t deadline =
-      now_ns() + std::min<uint64_t>(2000, cfg_.heartbeat_timeout_ms) * kNsPerMs;
+  // Linger a little even then: QUIC delays its acknowledgements (by up to
+  // max_ack_delay, 1 ms), and a peer whose last send we received but have
+  // not acknowledged yet would see that send fail when our close arrives.
+  const uint64_t start = now_ns();
+  const uint64_t linger = start + kAckLingerMs * kNsPerMs;
+  const uint64_t deadline = start + std::min<uint64_t>(2000, cfg_.heartbeat_timeout_ms) * kNsPerMs;
   for (;;) {
     bool pending = false;
     loop_.run_sync([&] { pending = !shut_down_ && endpoint_->has_unacked(); });
-    if (!pending || now_ns() >= deadline) break;
+    const uint64_t now = now_ns();
+    if ((!pending && now >= linger) || now >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   loop_.run_sync([this] {

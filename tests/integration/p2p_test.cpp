@@ -394,3 +394,24 @@ TEST(P2P, CallbackDestroysItsOwnCommunicator) {
   EXPECT_EQ(others.records[0].status, NEXAR_ERR_CLOSED);
   nexar_comm_destroy(comms[0]);
 }
+
+// A rank that leaves right after its last receive must not fail its peer's
+// send: the send completes on the receiver's acknowledgement, which QUIC
+// delays, so destroy has to let that acknowledgement out before it closes.
+TEST(Teardown, ReceiverLeavingRightAfterItsReceiveDoesNotFailTheSend) {
+  for (int round = 0; round < 20; ++round) {
+    nexar_comm_t *comms[2] = {nullptr, nullptr};
+    NX_OK(nexar_bootstrap_local(comms, 2, nullptr));
+    const uint64_t out = 0x5eed0000u + static_cast<uint64_t>(round);
+    Completions sent;
+    NX_OK(nexar_send(comms[1], &out, sizeof out, 0, 3, Completions::callback, &sent));
+    uint64_t in = 0;
+    NX_OK(nexar_recv(comms[0], &in, sizeof in, 1, 3, nullptr, nullptr));
+    nexar_comm_destroy(comms[0]);
+    ASSERT_TRUE(sent.wait(1, 30)) << "round " << round;
+    EXPECT_EQ(sent.records[0].status, NEXAR_OK)
+        << "round " << round << ": " << sent.records[0].message;
+    EXPECT_EQ(in, out);
+    nexar_comm_destroy(comms[1]);
+  }
+}
