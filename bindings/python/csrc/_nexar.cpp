@@ -340,7 +340,11 @@ View view_of(py::handle obj, bool writable, const std::string &op, const char *n
   if (py::isinstance<py::array>(obj)) {
     v.arr = py::reinterpret_borrow<py::array>(obj);
   } else if (PyObject_CheckBuffer(obj.ptr())) {
-    v.arr = py::array::ensure(obj);
+    // Through a memoryview, so that the buffer's own format and shape count
+    // (numpy would read bytes as one string scalar).
+    py::object mv = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(obj.ptr()));
+    if (!mv) throw py::error_already_set();
+    v.arr = py::array::ensure(mv);
     if (!v.arr)
       throw py::type_error(op + ": " + name + " (" + type_name(obj) +
                            ") exposes a buffer numpy cannot read");

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import enum
+import os
 import sys
 import threading
 import weakref
@@ -92,7 +93,10 @@ def init() -> Communicator:
     """
     comm = _track(_nexar.init())
     _from_env.add(comm)
-    _install_excepthook()
+    # Under python -m nexar.run the launcher stops the other ranks itself, and
+    # an abort would make them fail as well, blurring which rank failed first.
+    if os.environ.get("NEXAR_RUN_LAUNCHER") != "python":
+        _install_excepthook()
     return comm
 
 
