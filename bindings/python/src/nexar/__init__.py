@@ -93,10 +93,7 @@ def init() -> Communicator:
     """
     comm = _track(_nexar.init())
     _from_env.add(comm)
-    # Under python -m nexar.run the launcher stops the other ranks itself, and
-    # an abort would make them fail as well, blurring which rank failed first.
-    if os.environ.get("NEXAR_RUN_LAUNCHER") != "python":
-        _install_excepthook()
+    _install_excepthook()
     return comm
 
 
@@ -112,10 +109,23 @@ def _install_excepthook() -> None:
         _hook_installed = True
         previous = sys.excepthook
 
+        under_launcher = os.environ.get("NEXAR_RUN_LAUNCHER") == "python"
+
         def hook(tp, value, tb):
+            if under_launcher:
+                # python -m nexar.run stops the other ranks as soon as this
+                # process ends: end now, before closing the communicator makes
+                # the others fail too and blurs which rank failed first.
+                previous(tp, value, tb)
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except Exception:  # noqa: BLE001 - exiting anyway
+                        pass
+                os._exit(1)
             for comm in list(_from_env):
                 try:
-                    comm.abort()
+                    comm.abort()  # the peers fail at once instead of at their timeouts
                 except Exception:  # noqa: BLE001 - never hide the original exception
                     pass
             previous(tp, value, tb)

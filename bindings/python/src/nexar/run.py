@@ -48,6 +48,16 @@ def _pump(rank: int, src: IO[bytes], dst: IO[str]) -> None:
     src.close()
 
 
+_exits_lock = threading.Lock()
+_exits: List[tuple] = []  # (rank, returncode) in the order the ranks ended
+
+
+def _await_exit(rank: int, proc: subprocess.Popen) -> None:
+    code = proc.wait()
+    with _exits_lock:
+        _exits.append((rank, code))
+
+
 def _describe(code: int) -> str:
     if code < 0:
         try:
@@ -120,6 +130,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             seed.stop()
             return 127
         procs.append(proc)
+        # One waiter per rank records exits in the order they happen, so the
+        # rank that failed first is named, not the ones that failed because of it.
+        threading.Thread(target=_await_exit, args=(r, proc), daemon=True).start()
         for src, dst in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
             t = threading.Thread(target=_pump, args=(r, src, dst), daemon=True)
             t.start()
@@ -140,16 +153,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     stopped_others = 0
     try:
         while True:
-            running = [p for p in procs if p.poll() is None]
+            with _exits_lock:
+                ended = len(_exits)
+            running = [p for p in procs if p.returncode is None]
             # The first rank to fail stops the others.
             if failed_rank < 0 and stop_at is None:
-                for r, p in enumerate(procs):
-                    if p.returncode not in (None, 0):
-                        failed_rank, failed_code = r, p.returncode
-                        stopped_others = len(running)
-                        _say(f"rank {r} (pid {p.pid}) {_describe(p.returncode)}; "
-                             f"stopping the other {stopped_others} rank(s)")
-                        break
+                with _exits_lock:
+                    bad = [(r, code) for r, code in _exits if code != 0]
+                if bad:
+                    failed_rank, failed_code = bad[0]
+                    stopped_others = sum(1 for p in procs if p.returncode is None)
+                    _say(f"rank {failed_rank} (pid {procs[failed_rank].pid}) "
+                         f"{_describe(failed_code)}; stopping the other rank(s) still running "
+                         f"({stopped_others})")
             if interrupted and stop_at is None:
                 _say(f"interrupted ({signal.Signals(interrupted[0]).name}); stopping the ranks")
             if (failed_rank >= 0 or interrupted) and stop_at is None:
@@ -171,7 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         _say(f"the world did not form: {message}")
                     seed.stop()
                     seed = None
-            if not running:
+            if ended == len(procs):
                 break
             time.sleep(0.05)
     finally:
@@ -184,7 +200,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if failed_rank >= 0:
         _say(f"failed: rank {failed_rank} {_describe(failed_code)}"
              f" (its output above, lines [r{failed_rank}]); "
-             f"{stopped_others} other rank(s) stopped")
+             f"{stopped_others} other rank(s) were still running and stopped")
         return failed_code if failed_code > 0 else 128 - failed_code
     if interrupted:
         return 128 + interrupted[0]
