@@ -173,8 +173,17 @@ class Dispatcher {
       if (dropped)
         emit_log(NEXAR_LOG_WARN, std::to_string(dropped) +
                                      " nexar log line(s) dropped: the Python side fell behind");
-      for (auto &p : done)
-        finish(*p);
+      for (auto &p : done) {
+        try {
+          finish(*p);
+        } catch (py::error_already_set &e) {
+          const std::string where = "nexar: completing " + p->op;
+          e.discard_as_unraisable(where.c_str());
+        } catch (const std::exception &e) {
+          PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "nexar: completing %s: %s", p->op.c_str(),
+                           e.what());
+        }
+      }
       done.clear();  // with the GIL: Pending may release Python objects
       {
         std::lock_guard<std::mutex> g(mu_);

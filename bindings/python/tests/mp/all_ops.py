@@ -24,4 +24,11 @@ with nexar.init() as comm:
     for i, b in enumerate(asyncio.run(several())):
         assert (b == sum(r + i for r in range(comm.size))).all()
     print(f"rank {comm.rank}: every method and {len(dtypes())} dtypes ok")
-    comm.barrier()  # leave together
+    # Leave together: a rank that closes while a peer still sends to it fails
+    # that peer's operation. The barrier's own last message can meet the same
+    # fate (the releasing rank waits for an acknowledgement that a peer which
+    # already left never sends): see docs/python.md, "Ending a job".
+    try:
+        comm.barrier()
+    except nexar.PeerFailedError:
+        pass
