@@ -301,6 +301,27 @@ NEXAR_API nexar_status_t nexar_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms
 /** Close every connection and release the seed. NULL is ignored. */
 NEXAR_API void nexar_seed_stop(nexar_seed_t *seed);
 
+/* ---- Logging ------------------------------------------------------------------ */
+
+/**
+ * Receives one log line: level is NEXAR_LOG_*, line is the text nexar would
+ * otherwise print to stderr, without the trailing newline
+ * ("nexar[host:pid:rRANK] warn: ..."), valid only during the call.
+ */
+typedef void (*nexar_log_fn)(void *user_data, int32_t level, const char *line);
+
+/**
+ * Send nexar's log lines (those enabled by NEXAR_LOG_LEVEL, default warn) to
+ * fn instead of stderr; fn == NULL restores stderr. Process-wide.
+ *   - fn may be called from any nexar thread, including the I/O thread: it
+ *     must return quickly and must not block (queue the line and return).
+ *     Calls are serialized: fn never runs on two threads at once.
+ *   - Lines that nexar logs while fn runs on that thread go to stderr.
+ *   - Once this returns, the previous callback is not running and is never
+ *     called again. Called from inside fn it returns NEXAR_ERR_WOULD_DEADLOCK.
+ */
+NEXAR_API nexar_status_t nexar_set_log_callback(nexar_log_fn fn, void *user_data);
+
 /* ---- Statistics --------------------------------------------------------------- */
 
 /** Counters of a communicator's engine (shared by communicators split from it). */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every test
-# (ctest), then builds again with AddressSanitizer + UndefinedBehaviorSanitizer
-# and runs the tests once more under them, then with ThreadSanitizer.
+# (ctest) and the Python binding's tests (scripts/test-python.sh), then builds
+# again with AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests
+# once more under them, then with ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -17,6 +18,9 @@ git ls-files '*.c' '*.cpp' '*.h' | xargs clang-format --dry-run --Werror
 echo "== release build and tests"
 scripts/build.sh build
 (cd build && ctest --output-on-failure -j1 --timeout 900)
+
+echo "== python binding (pip install ./bindings/python, pytest)"
+scripts/test-python.sh
 
 if [ "${NEXAR_SKIP_SANITIZERS:-0}" != "1" ]; then
   echo "== ASan + UBSan build and tests"

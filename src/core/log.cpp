@@ -48,6 +48,14 @@ std::atomic<int> &level_ref() {
 
 thread_local int32_t t_rank = -1;
 
+// The sink: the mutex is held while it runs, so calls are serialized and
+// set_sink() returns only once the previous sink has finished.
+std::mutex g_sink_mu;
+nexar_log_fn g_sink = nullptr;
+void *g_sink_user = nullptr;
+std::atomic<bool> g_has_sink{false};
+thread_local bool t_in_sink = false;
+
 }  // namespace
 
 int parse_level(const char *name) {
@@ -66,6 +74,15 @@ void set_thread_rank(int32_t rank) {
   t_rank = rank;
 }
 
+bool set_sink(nexar_log_fn fn, void *user_data) {
+  if (t_in_sink) return false;
+  std::lock_guard<std::mutex> g(g_sink_mu);
+  g_sink = fn;
+  g_sink_user = user_data;
+  g_has_sink.store(fn != nullptr, std::memory_order_release);
+  return true;
+}
+
 void write(int lvl, const char *fmt, ...) {
   static const std::string host = [] {
     char buf[256] = {0};
@@ -79,9 +96,21 @@ void write(int lvl, const char *fmt, ...) {
   va_end(ap);
   char rank[16] = "-";
   if (t_rank >= 0) snprintf(rank, sizeof rank, "%d", t_rank);
+  const int shown = lvl < 0 ? 0 : (lvl > 4 ? 4 : lvl);
+  char line[1400];
+  snprintf(line, sizeof line, "nexar[%s:%d:r%s] %s: %s", host.c_str(), static_cast<int>(getpid()),
+           rank, kNames[shown], msg);
+  if (g_has_sink.load(std::memory_order_acquire) && !t_in_sink) {
+    std::lock_guard<std::mutex> g(g_sink_mu);
+    if (g_sink) {
+      t_in_sink = true;
+      g_sink(g_sink_user, shown, line);
+      t_in_sink = false;
+      return;
+    }
+  }
   // One fprintf per line so that lines from several threads do not interleave.
-  fprintf(stderr, "nexar[%s:%d:r%s] %s: %s\n", host.c_str(), static_cast<int>(getpid()), rank,
-          kNames[lvl < 0 ? 0 : (lvl > 4 ? 4 : lvl)], msg);
+  fprintf(stderr, "%s\n", line);
 }
 
 }  // namespace log

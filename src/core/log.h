@@ -1,5 +1,6 @@
-// Logging: one line per event on stderr, prefixed with host, pid and rank so
-// that interleaved output of many processes stays readable.
+// Logging: one line per event on stderr, or to the sink set through the C ABI,
+// prefixed with host, pid and rank so that interleaved output of many
+// processes stays readable.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,10 @@ inline bool enabled(int lvl) {
 void set_thread_rank(int32_t rank);
 
 void write(int lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Routes lines to fn (NULL: stderr); see nexar_set_log_callback. Returns
+// false, changing nothing, when called from inside the current sink.
+bool set_sink(nexar_log_fn fn, void *user_data);
 
 // Parses a level name; returns -1 when it is not one.
 int parse_level(const char *name);

@@ -1,0 +1,202 @@
+"""nexar: distributed communication over encrypted QUIC.
+
+Collectives and point-to-point messages between the ranks of a
+:class:`Communicator`, on numpy arrays and any writable C-contiguous buffer::
+
+    import numpy as np, nexar
+    comm = nexar.init()                  # under python -m nexar.run, torchrun, Slurm, Open MPI...
+    x = np.ones(4, np.float32)
+    comm.all_reduce(x, op=nexar.SUM)     # in place; blocking calls release the GIL
+    req = comm.all_gather(x, async_op=True)
+    out = req.wait()                     # or: out = await req
+
+A Python binding over libnexar's C ABI. nexar's log lines go to the logging
+logger ``"nexar"`` (which lines exist is set by NEXAR_LOG_LEVEL: error, warn,
+info, debug, trace; default warn). See docs/python.md.
+"""
+from __future__ import annotations
+
+import asyncio
+import atexit
+import enum
+import os
+import sys
+import threading
+import weakref
+from typing import Any, Callable, List
+
+from . import _nexar
+from ._nexar import Communicator, Request, Seed
+from ._support import (AbortedError, AuthError, ClosedError, InternalError, InvalidArgumentError,
+                       InvalidRankError, MismatchError, NexarError, NexarIOError, NotFoundError,
+                       OutOfMemoryError, PeerFailedError, ProtocolError, SizeMismatchError,
+                       TimeoutError, TLSError, UnsupportedError, WouldDeadlockError)
+
+__all__ = [
+    "init", "bootstrap_local", "version", "Communicator", "Request", "Op",
+    "SUM", "PROD", "MIN", "MAX",
+    "NexarError", "InvalidArgumentError", "InvalidRankError", "SizeMismatchError",
+    "TimeoutError", "PeerFailedError", "AbortedError", "ClosedError", "MismatchError",
+    "TLSError", "AuthError", "ProtocolError", "OutOfMemoryError", "NexarIOError",
+    "UnsupportedError", "NotFoundError", "WouldDeadlockError", "InternalError",
+]
+__version__ = "0.1.0"
+
+
+class Op(enum.IntEnum):
+    """Reduction operators (NEXAR_OP_*)."""
+    SUM = _nexar.SUM
+    PROD = _nexar.PROD
+    MIN = _nexar.MIN
+    MAX = _nexar.MAX
+
+
+SUM, PROD, MIN, MAX = Op.SUM, Op.PROD, Op.MIN, Op.MAX
+
+
+def version() -> str:
+    """The version of the libnexar this package loaded."""
+    return _nexar.version()
+
+
+# ---- Communicators made here, closed at exit ------------------------------------
+
+_live: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+_from_env: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+
+
+def _track(comm: Communicator) -> Communicator:
+    _live.add(comm)
+    return comm
+
+
+def bootstrap_local(world_size: int, **options: float) -> List[Communicator]:
+    """``world_size`` communicators in this process, joined by real QUIC over loopback.
+
+    ``comms[i].rank == i``. Each rank has its own engine, so blocking calls
+    need one thread per rank (they release the GIL), or use ``async_op=True``.
+    Options, in seconds: collective_timeout, barrier_timeout, p2p_timeout,
+    connect_timeout, heartbeat_interval, heartbeat_timeout (defaults from
+    the NEXAR_* environment, see docs/configuration.md).
+    """
+    return [_track(c) for c in _nexar.bootstrap_local(world_size, **options)]
+
+
+def init() -> Communicator:
+    """Join the world the environment describes (nexar_comm_init_from_env).
+
+    Recognized, in this order: NEXAR_SEED with NEXAR_RANK and NEXAR_WORLD_SIZE
+    (``python -m nexar.run``, ``nexar-run``), torchrun / env:// (RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI, PMI, Slurm. An unhandled
+    exception in this process then aborts the communicator, so that the other
+    ranks fail at once instead of waiting for their timeouts.
+    """
+    comm = _track(_nexar.init())
+    _from_env.add(comm)
+    _install_excepthook()
+    return comm
+
+
+_hook_lock = threading.Lock()
+_hook_installed = False
+
+
+def _install_excepthook() -> None:
+    global _hook_installed
+    with _hook_lock:
+        if _hook_installed:
+            return
+        _hook_installed = True
+        previous = sys.excepthook
+
+        under_launcher = os.environ.get("NEXAR_RUN_LAUNCHER") == "python"
+
+        def hook(tp, value, tb):
+            if under_launcher:
+                # python -m nexar.run stops the other ranks as soon as this
+                # process ends: end now, before closing the communicator makes
+                # the others fail too and blurs which rank failed first.
+                previous(tp, value, tb)
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except Exception:  # noqa: BLE001 - exiting anyway
+                        pass
+                os._exit(1)
+            for comm in list(_from_env):
+                try:
+                    comm.abort()  # the peers fail at once instead of at their timeouts
+                except Exception:  # noqa: BLE001 - never hide the original exception
+                    pass
+            previous(tp, value, tb)
+
+        sys.excepthook = hook
+
+
+# ---- Request: waiting from asyncio -------------------------------------------------
+
+def _set_done(fut: "asyncio.Future[None]") -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _request_await(self: Request):
+    if not self.done():
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def wake() -> None:  # the nexar-dispatch thread
+            try:
+                loop.call_soon_threadsafe(_set_done, fut)
+            except RuntimeError:  # the loop was closed meanwhile
+                pass
+
+        self._on_done(wake)
+        yield from fut.__await__()
+    return self.wait(0)
+
+
+def _request_add_done_callback(self: Request, fn: Callable[[Request], Any]) -> None:
+    """Call fn(request) once the operation has completed, on nexar's Python
+    dispatch thread (never on nexar's own threads); at once if it already has."""
+    self._on_done(lambda: fn(self))
+
+
+Request.__await__ = _request_await  # type: ignore[attr-defined]
+Request.add_done_callback = _request_add_done_callback  # type: ignore[attr-defined]
+Request.result = Request.wait  # type: ignore[attr-defined]
+
+_split = Communicator.split
+
+
+def _split_tracked(self: Communicator, color: int, key: int = 0, *, async_op: bool = False):
+    out = _split(self, color, key, async_op=async_op)
+    if isinstance(out, Communicator):
+        _track(out)
+    return out
+
+
+_split_tracked.__doc__ = _split.__doc__
+Communicator.split = _split_tracked  # type: ignore[method-assign]
+
+
+# ---- The dispatch thread: completions and log lines reach Python here ----------------
+
+_dispatcher = threading.Thread(target=_nexar._dispatch_loop, name="nexar-dispatch", daemon=True)
+_dispatcher.start()
+_nexar._install_log_sink()
+
+
+def _shutdown() -> None:
+    for comm in list(_live):
+        try:
+            comm.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+    _nexar._flush(2.0)
+    _nexar._remove_log_sink()
+    _nexar._dispatch_stop()
+    _dispatcher.join(5.0)
+
+
+atexit.register(_shutdown)

@@ -1,0 +1,68 @@
+"""Every method, every dtype, on in-process worlds (one thread per rank)."""
+import numpy as np
+import pytest
+
+import nexar
+from conftest import on_ranks
+from exercise import dtypes, exercise, exercise_split
+
+
+@pytest.mark.parametrize("dt", dtypes(), ids=str)
+def test_every_method_every_dtype(world, dt):
+    comms = world(3)
+    on_ranks(comms, lambda c: exercise(c, dt))
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_world_sizes(world, n):
+    comms = world(n)
+    assert [c.rank for c in comms] == list(range(n))
+    assert all(c.size == n for c in comms)
+    on_ranks(comms, lambda c: exercise(c, np.float32))
+
+
+def test_split(world):
+    comms = world(4)
+    on_ranks(comms, exercise_split)
+
+
+def test_other_buffer_kinds(world):
+    comms = world(2)
+
+    def body(c):
+        # bytearray: uint8, in place
+        b = bytearray([c.rank + 1] * 5)
+        assert c.all_reduce(b) is b
+        assert list(b) == [3] * 5
+        # memoryview of an int32 array
+        a = np.full(3, c.rank + 1, np.int32)
+        m = memoryview(a)
+        c.all_reduce(m, op=nexar.MAX)
+        assert list(a) == [2, 2, 2]
+        # all_gather of a read-only bytes object gives a uint8 array
+        g = c.all_gather(bytes([c.rank, 9]))
+        assert g.dtype == np.uint8 and g.tolist() == [[0, 9], [1, 9]]
+        # recv into a bytearray
+        if c.rank == 0:
+            c.send(b"hello", 1, tag=3)
+        else:
+            buf = bytearray(5)
+            c.recv(buf, 0, tag=3)
+            assert bytes(buf) == b"hello"
+        # empty arrays complete
+        e = np.zeros(0, np.float64)
+        assert c.all_reduce(e) is e
+        return True
+
+    assert on_ranks(comms, body) == [True, True]
+
+
+def test_context_manager_closes(world):
+    comms = world(1)
+    with comms[0] as c:
+        c.barrier()
+    assert c.closed
+    with pytest.raises(nexar.ClosedError) as ei:
+        c.barrier()
+    assert ei.value.status == nexar._support.ERR_CLOSED
+    assert "barrier" in str(ei.value)
