@@ -128,6 +128,19 @@ void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *us
     finish();
 }
 
+bool Communicator::post_callback(nexar_done_fn fn, void *user_data) {
+  // close() flips the state before it waits on this thread, so whatever got
+  // past this check is counted before close() waits for the callbacks.
+  if (state_.load() != 0) return false;
+  tracker_->add();
+  Completion c{fn, user_data, Status(), 0, tracker_};
+  if (polled_)
+    polled_->push(std::move(c));
+  else
+    engine_->completions().push(std::move(c));
+  return true;
+}
+
 void Communicator::abort() {
   int expected = 0;
   if (!state_.compare_exchange_strong(expected, 1)) return;
