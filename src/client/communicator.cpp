@@ -205,7 +205,7 @@ void Communicator::close() {
   // send still borrowing user memory. Only the last communicator on the
   // engine may do it; the others' sends are released as the transport ends
   // them.
-  if (engine_lease_ && engine_lease_.use_count() == 1) engine_->close_connections();
+  if (engine_lease_.use_count() == 1) engine_->close_connections();
   wait_idle();
 }
 
