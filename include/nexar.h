@@ -318,6 +318,8 @@ typedef struct nexar_stats {
   uint64_t pending_tags;     /* (peer, tag) match state alive right now */
   uint64_t unexpected_bytes; /* arrived before their receive, buffered now */
   uint64_t connections;      /* live QUIC connections */
+
+  /* RPC (nexar_rpc_call) */
   uint64_t rpc_requests_served;   /* RPC requests answered by this engine (any outcome) */
   uint64_t rpc_responses_dropped; /* RPC responses nobody waited for (late, cancelled, unknown) */
 } nexar_stats_t;

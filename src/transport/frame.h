@@ -53,7 +53,8 @@ Status decode_frame_header(const uint8_t in[kFrameHeaderSize], FrameHeader *out)
 
 inline bool valid_lane(uint8_t b) {
   return b == static_cast<uint8_t>(Lane::Control) || b == static_cast<uint8_t>(Lane::Data) ||
-         b == static_cast<uint8_t>(Lane::RpcRequest) || b == static_cast<uint8_t>(Lane::RpcResponse);
+         b == static_cast<uint8_t>(Lane::RpcRequest) ||
+         b == static_cast<uint8_t>(Lane::RpcResponse);
 }
 
 // The lane a frame of this kind must arrive on.

@@ -383,10 +383,10 @@ QuicConnection::SendItem *QuicConnection::send(OutgoingMessage msg, bool control
     if (item->listener) item->listener->on_send_done(Status(NEXAR_ERR_CLOSED, "connection closed"));
     return nullptr;
   }
-  SendStream &st = control                                         ? control_
-                    : msg.header.kind == wire::FrameKind::RpcRequest  ? rpc_[0]
-                    : msg.header.kind == wire::FrameKind::RpcResponse ? rpc_[1]
-                                                                      : data_[key % kDataStreams];
+  SendStream &st = control                                           ? control_
+                   : msg.header.kind == wire::FrameKind::RpcRequest  ? rpc_[0]
+                   : msg.header.kind == wire::FrameKind::RpcResponse ? rpc_[1]
+                                                                     : data_[key % kDataStreams];
   if (!control) {
     ++ep_->stats().messages_sent;
     ep_->stats().bytes_sent += item->payload_len;
