@@ -438,7 +438,8 @@ void RpcHub::dispatch(uint32_t from, const wire::FrameHeader &h, std::vector<uin
                                        comm->rank(), h, std::move(request)});
   if (!comm->post_callback(&Job::run, job.get())) {
     answer(from, h,
-           error(NEXAR_ERR_CLOSED, format("rank %u's communicator is closing", comm->rank())),
+           error(NEXAR_ERR_CLOSED,
+                 format("rank %u's communicator was aborted or is closing", comm->rank())),
            PooledBuf(), n);
     return;
   }
