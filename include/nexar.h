@@ -78,6 +78,8 @@ typedef int32_t nexar_status_t;
 #define NEXAR_ERR_NOT_FOUND (-15)
 #define NEXAR_ERR_WOULD_DEADLOCK (-16)
 #define NEXAR_ERR_INTERNAL (-17)
+#define NEXAR_ERR_RPC_NOT_REGISTERED (-18) /* no handler for that fn_id on the target rank */
+#define NEXAR_ERR_RPC_FAILED (-19)         /* the target's handler returned an error */
 
 /** A static, human-readable name for a status ("NEXAR_ERR_TIMEOUT: ..."). */
 NEXAR_API const char *nexar_status_str(nexar_status_t status);
@@ -170,6 +172,7 @@ typedef struct nexar_comm_options {
   const char *socket_ifname;     /* NEXAR_SOCKET_IFNAME, NCCL syntax */
   int32_t rank;                  /* NEXAR_RANK; -1 = assigned by the seed */
   uint32_t world_size;           /* NEXAR_WORLD_SIZE; 0 = unknown */
+  uint64_t rpc_timeout_ms;       /* NEXAR_RPC_TIMEOUT_SECS; default 30 s, per nexar_rpc_call */
 } nexar_comm_options_t;
 
 /**
@@ -336,6 +339,10 @@ typedef struct nexar_stats {
   uint64_t pending_tags;     /* (peer, tag) match state alive right now */
   uint64_t unexpected_bytes; /* arrived before their receive, buffered now */
   uint64_t connections;      /* live QUIC connections */
+
+  /* RPC (nexar_rpc_call) */
+  uint64_t rpc_requests_served;   /* RPC requests answered by this engine (any outcome) */
+  uint64_t rpc_responses_dropped; /* RPC responses nobody waited for (late, cancelled, unknown) */
 } nexar_stats_t;
 
 /** Fills stats (stats->struct_size must be set by the caller). */
@@ -415,6 +422,82 @@ NEXAR_API nexar_status_t nexar_barrier(nexar_comm_t *comm, nexar_done_fn done, v
  */
 NEXAR_API nexar_status_t nexar_comm_split(nexar_comm_t *comm, uint32_t color, uint32_t key,
                                           nexar_comm_t **out, nexar_done_fn done, void *user_data);
+
+/* ---- RPC ---------------------------------------------------------------------- */
+
+/*
+ * Remote procedure calls between the ranks of a communicator (see docs/rpc.md).
+ * Requests and responses travel on RPC lanes of their own, never behind bulk
+ * data. Serving is automatic: a registered handler runs for every request
+ * that arrives, on the communicator's completion thread (in polled mode,
+ * inside nexar_comm_poll), never on the I/O thread; handlers run one at a time
+ * per engine, so a slow handler delays other callbacks, not the network.
+ * Requests wait in a bounded queue; past it the caller is slowed by QUIC flow
+ * control, and each caller keeps at most 1024 calls in flight per target
+ * rank (more wait their turn inside their timeout).
+ */
+
+/** Where a handler puts its response. Owned by nexar; valid during the handler only. */
+typedef struct nexar_rpc_reply nexar_rpc_reply_t;
+/** A response delivered to the caller; freed with nexar_rpc_response_free. */
+typedef struct nexar_rpc_response nexar_rpc_response_t;
+
+/**
+ * A handler: src_rank called function fn_id with request[0..request_len)
+ * (valid during the call only). Return NEXAR_OK and the bytes put into reply
+ * (none: an empty response) go back to the caller. Return anything else and
+ * the caller's call fails with NEXAR_ERR_RPC_FAILED, whose message carries the
+ * returned code and the text given to nexar_rpc_reply_set_error. A handler may
+ * start asynchronous nexar operations; blocking ones (done == NULL) return
+ * NEXAR_ERR_WOULD_DEADLOCK, like in any callback.
+ */
+typedef nexar_status_t (*nexar_rpc_handler_fn)(void *user_data, uint32_t src_rank, uint32_t fn_id,
+                                               const void *request, size_t request_len,
+                                               nexar_rpc_reply_t *reply);
+
+/**
+ * Serve fn_id on this communicator with handler (user_data is passed back).
+ * Registering again replaces the handler; handler == NULL unregisters. Once
+ * this returns (outside a callback), no invocation of the replaced handler is
+ * running or will start. Requests for an fn_id without a handler fail at the
+ * caller with NEXAR_ERR_RPC_NOT_REGISTERED.
+ */
+NEXAR_API nexar_status_t nexar_rpc_register(nexar_comm_t *comm, uint32_t fn_id,
+                                            nexar_rpc_handler_fn handler, void *user_data);
+
+/**
+ * Inside a handler: a response buffer of len bytes to fill in place (replaces
+ * any earlier one). NULL when len is 0 or on failure (NO_MEMORY, or len above
+ * the 4 GiB message limit; see nexar_last_error_message).
+ */
+NEXAR_API void *nexar_rpc_reply_alloc(nexar_rpc_reply_t *reply, size_t len);
+/** Inside a handler: copies data[0..len) as the response. */
+NEXAR_API nexar_status_t nexar_rpc_reply_set(nexar_rpc_reply_t *reply, const void *data,
+                                             size_t len);
+/** Inside a handler: the message sent with a failure (copied; at most 4 KiB kept). */
+NEXAR_API nexar_status_t nexar_rpc_reply_set_error(nexar_rpc_reply_t *reply, const char *message);
+
+/**
+ * Call fn_id on target_rank with request[0..request_len) (target_rank may be
+ * this rank: served locally). On success *response (written before done runs,
+ * or before a blocking call returns) holds the reply, which the caller frees
+ * with nexar_rpc_response_free; on failure *response is NULL. Failures:
+ * NEXAR_ERR_RPC_NOT_REGISTERED, NEXAR_ERR_RPC_FAILED (the handler's error),
+ * NEXAR_ERR_TIMEOUT (no response within rpc_timeout_ms; a later response is
+ * dropped), NEXAR_ERR_PEER_FAILED (failed_rank is the target), NEXAR_ERR_ABORTED,
+ * NEXAR_ERR_CLOSED (the communicator was destroyed with the call pending).
+ * request and *response must stay valid until done has returned.
+ */
+NEXAR_API nexar_status_t nexar_rpc_call(nexar_comm_t *comm, uint32_t target_rank, uint32_t fn_id,
+                                        const void *request, size_t request_len,
+                                        nexar_rpc_response_t **response, nexar_done_fn done,
+                                        void *user_data);
+
+/** The response bytes (NULL when empty); valid until the response is freed. */
+NEXAR_API const void *nexar_rpc_response_data(const nexar_rpc_response_t *response);
+NEXAR_API size_t nexar_rpc_response_size(const nexar_rpc_response_t *response);
+/** Frees a response. NULL is ignored. */
+NEXAR_API void nexar_rpc_response_free(nexar_rpc_response_t *response);
 
 #ifdef __cplusplus
 }

@@ -72,6 +72,10 @@ NEXAR_API const char *nexar_status_str(nexar_status_t status) {
       return "NEXAR_ERR_WOULD_DEADLOCK: blocking call from inside a completion callback";
     case NEXAR_ERR_INTERNAL:
       return "NEXAR_ERR_INTERNAL: internal error";
+    case NEXAR_ERR_RPC_NOT_REGISTERED:
+      return "NEXAR_ERR_RPC_NOT_REGISTERED: no RPC handler for that function on the target rank";
+    case NEXAR_ERR_RPC_FAILED:
+      return "NEXAR_ERR_RPC_FAILED: the RPC handler on the target rank returned an error";
     default:
       return "NEXAR_ERR_UNKNOWN: unknown status code";
   }

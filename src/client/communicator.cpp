@@ -128,6 +128,19 @@ void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *us
     finish();
 }
 
+bool Communicator::post_callback(nexar_done_fn fn, void *user_data) {
+  // close() flips the state before it waits on this thread, so whatever got
+  // past this check is counted before close() waits for the callbacks.
+  if (state_.load() != 0) return false;
+  tracker_->add();
+  Completion c{fn, user_data, Status(), 0, tracker_};
+  if (polled_)
+    polled_->push(std::move(c));
+  else
+    engine_->completions().push(std::move(c));
+  return true;
+}
+
 void Communicator::abort() {
   int expected = 0;
   if (!state_.compare_exchange_strong(expected, 1)) return;
@@ -192,7 +205,7 @@ void Communicator::close() {
   // send still borrowing user memory. Only the last communicator on the
   // engine may do it; the others' sends are released as the transport ends
   // them.
-  if (engine_lease_ && engine_lease_.use_count() == 1) engine_->close_connections();
+  if (engine_lease_.use_count() == 1) engine_->close_connections();
   wait_idle();
 }
 

@@ -59,6 +59,11 @@ class Communicator {
   void close();
 
   // ---- loop thread only ----
+  // Runs fn(user_data, ...) where this communicator's callbacks run (the
+  // completion thread, or nexar_comm_poll), counted like an operation's
+  // callback so that destroy waits for it. Returns false (fn will not run)
+  // once the communicator is aborted or closed.
+  bool post_callback(nexar_done_fn fn, void *user_data);
   // A peer aborted this communicator, or a connection died.
   void on_remote_failure(const Status &s);
   // A peer found that ranks issued different collectives at number seq.

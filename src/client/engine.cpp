@@ -30,6 +30,7 @@ Engine::Engine(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
                                                                          : PoolProfile::Training)),
       loop_(static_cast<int32_t>(id.rank)),
       mailbox_(std::make_unique<Mailbox>(pool_)),
+      rpc_(std::make_unique<rpc::RpcHub>(*this)),
       peers_(id.world_size) {
   loop_.set_spin_us(cfg_.spin_us);
   endpoint_ = std::make_unique<QuicEndpoint>(&loop_, this, id_.cluster_id, creds_,
@@ -56,6 +57,7 @@ Engine::~Engine() {
   shutdown();
   // The loop thread has stopped: tear down on this thread in dependency order.
   endpoint_.reset();
+  rpc_.reset();
   mailbox_.reset();
 }
 
@@ -173,6 +175,8 @@ void Engine::stats(nexar_stats_t *out) {
     out->pending_tags = mailbox_->keys();
     out->unexpected_bytes = mailbox_->buffered_bytes();
     out->connections = endpoint_->connections();
+    out->rpc_requests_served = rpc_->requests_served();
+    out->rpc_responses_dropped = rpc_->responses_dropped();
   });
 }
 
@@ -204,11 +208,17 @@ void Engine::register_comm(Communicator *c) {
 }
 
 void Engine::unregister_comm(Communicator *c) {
+  rpc_->drop_comm(c);
   auto it = comms_.find(c->comm_id());
   if (it == comms_.end()) return;
   auto &v = it->second;
   v.erase(std::remove(v.begin(), v.end(), c), v.end());
   if (v.empty()) comms_.erase(it);
+}
+
+Communicator *Engine::comm_by_id(uint64_t comm_id) const {
+  auto it = comms_.find(comm_id);
+  return it == comms_.end() || it->second.empty() ? nullptr : it->second.front();
 }
 
 void Engine::on_handshake_done(QuicConnection *c, const NodeIdentity &peer) {
@@ -321,6 +331,8 @@ void Engine::handle_comm_notice(uint32_t from, const CommNotice &notice) {
 }
 
 MessageSink *Engine::on_message(QuicConnection *c, int64_t stream_id, const wire::FrameHeader &h) {
+  if (h.kind == wire::FrameKind::RpcRequest) return rpc_->on_request(c, stream_id, h);
+  if (h.kind == wire::FrameKind::RpcResponse) return rpc_->on_response(c, h);
   const uint32_t from = c->expected_peer_rank();
   MsgKey key{from, static_cast<uint8_t>(h.kind), h.comm_id, h.tag};
   return mailbox_->on_message(key, h.length, h.check, c, stream_id);
@@ -328,6 +340,7 @@ MessageSink *Engine::on_message(QuicConnection *c, int64_t stream_id, const wire
 
 void Engine::on_closed(QuicConnection *c, const Status &why) {
   mailbox_->forget_connection(c);
+  rpc_->forget_connection(c);
 
   for (uint32_t r = 0; r < peers_.size(); ++r) {
     if (peers_[r].conn != c) continue;
@@ -343,6 +356,7 @@ void Engine::on_closed(QuicConnection *c, const Status &why) {
       else if (was_ready)
         LOG_WARN("lost rank %u: %s", r, s.message.c_str());
       mailbox_->fail_peer(r, s);
+      rpc_->fail_peer(r, s);
       for (auto &[id, list] : comms_)
         for (Communicator *comm : std::vector<Communicator *>(list))
           comm->on_remote_failure(s);

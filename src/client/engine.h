@@ -15,6 +15,7 @@
 #include "core/config.h"
 #include "engine/completion_queue.h"
 #include "engine/event_loop.h"
+#include "rpc/rpc_hub.h"
 #include "transport/codec.h"
 #include "transport/quic_endpoint.h"
 
@@ -57,6 +58,7 @@ class Engine : public ConnectionHandler {
   Mailbox &mailbox() { return *mailbox_; }
   CompletionThread &completions() { return *completions_; }
   BufferPool &pool() { return *pool_; }
+  rpc::RpcHub &rpc() { return *rpc_; }
 
   // Fills the counters (from any thread).
   void stats(nexar_stats_t *out);
@@ -70,6 +72,8 @@ class Engine : public ConnectionHandler {
   void send_control_on(QuicConnection *c, const wire::ControlMessage &m);
   void register_comm(Communicator *c);
   void unregister_comm(Communicator *c);
+  // The communicator with this id on this engine, or nullptr.
+  Communicator *comm_by_id(uint64_t comm_id) const;
 
   // ConnectionHandler
   void on_handshake_done(QuicConnection *c, const NodeIdentity &peer) override;
@@ -96,6 +100,7 @@ class Engine : public ConnectionHandler {
   std::shared_ptr<BufferPool> pool_;
   EventLoop loop_;
   std::unique_ptr<Mailbox> mailbox_;
+  std::unique_ptr<rpc::RpcHub> rpc_;
   std::unique_ptr<QuicEndpoint> endpoint_;
   std::unique_ptr<CompletionThread> completions_;
   SocketAddress address_;

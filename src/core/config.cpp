@@ -119,11 +119,13 @@ Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size) {
   full.ring_max_world = d.ring_max_world;
   full.spin_us = d.spin_us;
   full.rank = -1;
+  full.rpc_timeout_ms = d.rpc_timeout_ms;
 
   Status s;
   if (!(s = env_seconds_ms("NEXAR_COLLECTIVE_TIMEOUT_SECS", &full.collective_timeout_ms))) return s;
   if (!(s = env_seconds_ms("NEXAR_BARRIER_TIMEOUT_SECS", &full.barrier_timeout_ms))) return s;
   if (!(s = env_seconds_ms("NEXAR_P2P_TIMEOUT_SECS", &full.p2p_timeout_ms))) return s;
+  if (!(s = env_seconds_ms("NEXAR_RPC_TIMEOUT_SECS", &full.rpc_timeout_ms))) return s;
   if (!(s = env_seconds_ms("NEXAR_CONNECT_TIMEOUT_SECS", &full.connect_timeout_ms))) return s;
   if (!(s = env_seconds_ms("NEXAR_HEARTBEAT_INTERVAL_SECS", &full.heartbeat_interval_ms))) return s;
   if (!(s = env_seconds_ms("NEXAR_HEARTBEAT_TIMEOUT_SECS", &full.heartbeat_timeout_ms))) return s;
@@ -199,6 +201,7 @@ Status Config::from_options(const nexar_comm_options_t *opts, Config *out) {
   if (HAS_FIELD(n, socket_ifname)) c.socket_ifname = str(opts->socket_ifname);
   if (HAS_FIELD(n, rank)) c.rank = opts->rank;
   if (HAS_FIELD(n, world_size)) c.world_size = opts->world_size;
+  if (HAS_FIELD(n, rpc_timeout_ms)) c.rpc_timeout_ms = opts->rpc_timeout_ms;
 
   if (c.completion_mode > NEXAR_COMPLETION_POLLED)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
@@ -207,7 +210,7 @@ Status Config::from_options(const nexar_comm_options_t *opts, Config *out) {
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  format("pool_profile %u is not valid", c.pool_profile));
   if (c.collective_timeout_ms == 0 || c.barrier_timeout_ms == 0 || c.p2p_timeout_ms == 0 ||
-      c.connect_timeout_ms == 0)
+      c.connect_timeout_ms == 0 || c.rpc_timeout_ms == 0)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  "timeouts must be greater than zero (every wait is bounded)");
   if (c.heartbeat_interval_ms == 0 || c.heartbeat_timeout_ms < c.heartbeat_interval_ms)

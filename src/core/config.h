@@ -30,6 +30,7 @@ struct Config {
   std::string seed_address, cluster_token, listen_address, advertise_address, socket_ifname;
   int32_t rank = -1;
   uint32_t world_size = 0;
+  uint64_t rpc_timeout_ms = 30000;
 
   // Copies the fields a caller set (NULL opts = defaults plus environment).
   static Status from_options(const nexar_comm_options_t *opts, Config *out);

@@ -33,7 +33,7 @@ Status decode_frame_header(const uint8_t in[kFrameHeaderSize], FrameHeader *out)
                  format("frame version %u is not supported (expected %u)", in[0], kFrameVersion));
   if (in[2] != 0 || in[3] != 0) return error(NEXAR_ERR_PROTOCOL, "frame flags are not zero");
   const uint8_t kind = in[1];
-  if (kind < 1 || kind > 3) return error(NEXAR_ERR_PROTOCOL, format("unknown frame kind %u", kind));
+  if (kind < 1 || kind > 5) return error(NEXAR_ERR_PROTOCOL, format("unknown frame kind %u", kind));
   out->kind = static_cast<FrameKind>(kind);
   out->comm_id = get64(in + 8);
   out->tag = get64(in + 16);

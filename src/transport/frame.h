@@ -12,6 +12,10 @@
 //   4..7   check  (u32): for collectives, a hash of what the sender called
 //          (operation, dtype, count, root, sequence number), so ranks that
 //          issued different collectives are told apart on the first message.
+//          For RPC requests the function id, for RPC responses the status.
+//
+// RPC requests and responses have lanes of their own (rpc/rpc_hub.h): tag is
+// the caller's request id, and neither waits behind bulk data or the other.
 #pragma once
 
 #include <cstddef>
@@ -21,8 +25,14 @@
 
 namespace nexar::wire {
 
-enum class Lane : uint8_t { Control = 0xC0, Data = 0xD0 };
-enum class FrameKind : uint8_t { Control = 1, P2P = 2, Collective = 3 };
+enum class Lane : uint8_t { Control = 0xC0, Data = 0xD0, RpcRequest = 0xA0, RpcResponse = 0xA1 };
+enum class FrameKind : uint8_t {
+  Control = 1,
+  P2P = 2,
+  Collective = 3,
+  RpcRequest = 4,
+  RpcResponse = 5
+};
 
 constexpr uint8_t kFrameVersion = 1;
 constexpr size_t kFrameHeaderSize = 32;
@@ -42,7 +52,23 @@ void encode_frame_header(const FrameHeader &h, uint8_t out[kFrameHeaderSize]);
 Status decode_frame_header(const uint8_t in[kFrameHeaderSize], FrameHeader *out);
 
 inline bool valid_lane(uint8_t b) {
-  return b == static_cast<uint8_t>(Lane::Control) || b == static_cast<uint8_t>(Lane::Data);
+  return b == static_cast<uint8_t>(Lane::Control) || b == static_cast<uint8_t>(Lane::Data) ||
+         b == static_cast<uint8_t>(Lane::RpcRequest) ||
+         b == static_cast<uint8_t>(Lane::RpcResponse);
+}
+
+// The lane a frame of this kind must arrive on.
+inline Lane lane_of(FrameKind k) {
+  switch (k) {
+    case FrameKind::Control:
+      return Lane::Control;
+    case FrameKind::RpcRequest:
+      return Lane::RpcRequest;
+    case FrameKind::RpcResponse:
+      return Lane::RpcResponse;
+    default:
+      return Lane::Data;
+  }
 }
 
 }  // namespace nexar::wire

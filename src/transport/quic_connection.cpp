@@ -48,6 +48,8 @@ QuicConnection::QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, boo
   control_.lane_byte = static_cast<uint8_t>(wire::Lane::Control);
   for (auto &d : data_)
     d.lane_byte = static_cast<uint8_t>(wire::Lane::Data);
+  rpc_[0].lane_byte = static_cast<uint8_t>(wire::Lane::RpcRequest);
+  rpc_[1].lane_byte = static_cast<uint8_t>(wire::Lane::RpcResponse);
 }
 
 QuicConnection::~QuicConnection() {
@@ -57,6 +59,8 @@ QuicConnection::~QuicConnection() {
   finish_items(control_, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
   for (auto &d : data_)
     finish_items(d, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
+  for (auto &r : rpc_)
+    finish_items(r, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
   for (auto &[id, rs] : recv_)
     if (rs.sink) rs.sink->finish(false);
   if (conn_) ngtcp2_conn_del(conn_);
@@ -270,6 +274,8 @@ int QuicConnection::cb_extend_max_stream_data(ngtcp2_conn *, int64_t sid, uint64
   if (self->control_.id == sid) self->control_.blocked = false;
   for (auto &d : self->data_)
     if (d.id == sid) d.blocked = false;
+  for (auto &r : self->rpc_)
+    if (r.id == sid) r.blocked = false;
   self->ep_->mark_dirty(self);
   return 0;
 }
@@ -350,6 +356,8 @@ void QuicConnection::open_streams() {
   bool all = open(control_);
   for (auto &d : data_)
     all = all && open(d);
+  for (auto &r : rpc_)
+    all = all && open(r);
   streams_open_ = all;
   ep_->mark_dirty(this);
 }
@@ -375,7 +383,10 @@ QuicConnection::SendItem *QuicConnection::send(OutgoingMessage msg, bool control
     if (item->listener) item->listener->on_send_done(Status(NEXAR_ERR_CLOSED, "connection closed"));
     return nullptr;
   }
-  SendStream &st = control ? control_ : data_[key % kDataStreams];
+  SendStream &st = control                                           ? control_
+                   : msg.header.kind == wire::FrameKind::RpcRequest  ? rpc_[0]
+                   : msg.header.kind == wire::FrameKind::RpcResponse ? rpc_[1]
+                                                                     : data_[key % kDataStreams];
   if (!control) {
     ++ep_->stats().messages_sent;
     ep_->stats().bytes_sent += item->payload_len;
@@ -401,11 +412,14 @@ bool QuicConnection::has_unacked() const {
   if (!control_.items.empty()) return true;
   for (const auto &d : data_)
     if (!d.items.empty()) return true;
+  for (const auto &r : rpc_)
+    if (!r.items.empty()) return true;
   return false;
 }
 
 bool QuicConnection::cancel(SendItem *item, SendListener *replacement) {
-  for (SendStream *st : {&control_, &data_[0], &data_[1], &data_[2], &data_[3]}) {
+  for (SendStream *st :
+       {&control_, &data_[0], &data_[1], &data_[2], &data_[3], &rpc_[0], &rpc_[1]}) {
     for (size_t i = 0; i < st->items.size(); ++i) {
       if (st->items[i].get() != item) continue;
       if (item->written == 0 && i >= st->next) {
@@ -469,6 +483,8 @@ void QuicConnection::on_acked(int64_t sid, uint64_t offset, uint64_t len) {
   if (control_.id == sid) st = &control_;
   for (auto &d : data_)
     if (d.id == sid) st = &d;
+  for (auto &r : rpc_)
+    if (r.id == sid) st = &r;
   if (!st) return;
   const uint64_t acked = offset + len;
   while (!st->items.empty() && st->items.front()->end_offset <= acked &&
@@ -490,13 +506,16 @@ void QuicConnection::finish_items(SendStream &st, const Status &s) {
 
 QuicConnection::SendStream *QuicConnection::pick_stream() {
   // Control first (barriers and heartbeats never wait behind bulk data), then
-  // the data streams round robin.
+  // the data and RPC streams round robin (a large RPC payload shares the link
+  // with bulk data; neither starves the other).
   if (control_.id >= 0 && !control_.blocked && control_.next < control_.items.size())
     return &control_;
-  for (size_t k = 0; k < kDataStreams; ++k) {
-    SendStream &d = data_[(rr_ + k) % kDataStreams];
+  constexpr size_t kShared = kDataStreams + kRpcStreams;
+  for (size_t k = 0; k < kShared; ++k) {
+    const size_t i = (rr_ + k) % kShared;
+    SendStream &d = i < kDataStreams ? data_[i] : rpc_[i - kDataStreams];
     if (d.id >= 0 && !d.blocked && d.next < d.items.size()) {
-      rr_ = (rr_ + k + 1) % kDataStreams;
+      rr_ = (rr_ + k + 1) % kShared;
       return &d;
     }
   }
@@ -535,8 +554,7 @@ size_t QuicConnection::on_stream_data(int64_t sid, const uint8_t *data, size_t l
       if (rs.header_fill < wire::kFrameHeaderSize) break;
       rs.header_fill = 0;
       Status s = wire::decode_frame_header(rs.header, &rs.frame);
-      const bool control_lane = rs.lane == static_cast<uint8_t>(wire::Lane::Control);
-      if (s && control_lane != (rs.frame.kind == wire::FrameKind::Control))
+      if (s && rs.lane != static_cast<uint8_t>(wire::lane_of(rs.frame.kind)))
         s = error(NEXAR_ERR_PROTOCOL, "frame kind does not belong on its lane");
       if (!s) {
         fail(error(s.code, format("malformed frame from rank %u: %s", expected_peer_rank_,
@@ -749,6 +767,8 @@ void QuicConnection::close(uint64_t app_error, const Status &why) {
   finish_items(control_, why);
   for (auto &d : data_)
     finish_items(d, why);
+  for (auto &r : rpc_)
+    finish_items(r, why);
   for (auto &[id, rs] : recv_)
     if (rs.sink) std::exchange(rs.sink, nullptr)->finish(false);
   handler_->on_closed(this, why);

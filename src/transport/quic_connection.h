@@ -111,7 +111,8 @@ class QuicConnection {
   void on_expiry();
 
   // Queues a message on the control stream or on the data stream for `key`
-  // (messages with the same key stay in order). The returned handle lets the
+  // (messages with the same key stay in order). RPC requests and responses
+  // (by their frame kind) go on the RPC lanes' own streams instead. The returned handle lets the
   // caller cancel it: see cancel().
   struct SendItem;
   SendItem *send(OutgoingMessage msg, bool control, uint64_t key);
@@ -223,6 +224,8 @@ class QuicConnection {
   std::vector<ngtcp2_cid> scids_;  // routed to us by the endpoint
   SendStream control_;
   SendStream data_[kDataStreams];
+  static constexpr size_t kRpcStreams = 2;  // [0] RPC requests, [1] RPC responses
+  SendStream rpc_[kRpcStreams];
   size_t rr_ = 0;  // round-robin position over streams
   std::unordered_map<int64_t, RecvStream> recv_;
   uint64_t queued_bytes_ = 0;
