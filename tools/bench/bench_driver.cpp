@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -36,7 +37,8 @@ const std::vector<std::string> &all_ops() {
 }
 
 const std::vector<std::string> &all_peer_libs() {
-  static const std::vector<std::string> libs = {"openmpi", "openmpi-shm", "gloo", "gloo-hd"};
+  static const std::vector<std::string> libs = {"nexar-spin", "openmpi", "openmpi-shm", "gloo",
+                                                "gloo-hd"};
   return libs;
 }
 
@@ -193,7 +195,9 @@ class Driver {
 
   int run() {
     launcher_ = find_launcher(o_.self_exe);
-    if (!o_.compare.empty() && !setup_peers()) return 1;
+    const bool needs_peers = std::any_of(o_.compare.begin(), o_.compare.end(),
+                                         [](const std::string &l) { return l != "nexar-spin"; });
+    if (needs_peers && !setup_peers()) return 1;
     total_rows_ = 0;
     for (size_t k = 0; k < o_.ranks.size(); ++k)
       for (const std::string &op : o_.ops)
@@ -226,6 +230,11 @@ class Driver {
   }
 
  private:
+  static std::string spin_us() {
+    const char *v = getenv("NEXAR_BENCH_SPIN_US");
+    return v && *v ? v : "100";
+  }
+
   std::vector<std::string> libs_for(const std::string &op) const {
     std::vector<std::string> libs = {"nexar"};
     for (const std::string &l : o_.compare)
@@ -279,11 +288,15 @@ class Driver {
   bool launch(ProcessGroup &pg, const RunSpec &s, const std::string &store, std::string *err) {
     const std::vector<std::string> args = common_args(s.lib, s.op);
     const std::string n = std::to_string(s.ranks);
-    if (s.lib == "nexar") {
+    if (s.lib == "nexar" || s.lib == "nexar-spin") {
       std::vector<std::string> av = {launcher_, "-n", n,           "--grace",
                                      "2",       "--", o_.self_exe, "--worker"};
       av.insert(av.end(), args.begin(), args.end());
-      return pg.start(av, {}, err);
+      // nexar-spin: the same library with its opt-in busy-polling
+      // (NEXAR_SPIN_US), to show what spinning buys and costs.
+      std::vector<std::string> env;
+      if (s.lib == "nexar-spin") env.push_back("NEXAR_SPIN_US=" + spin_us());
+      return pg.start(av, env, err);
     }
     if (s.lib == "openmpi" || s.lib == "openmpi-shm") {
       std::vector<std::string> av = {"mpirun",    "--oversubscribe",

@@ -49,8 +49,10 @@ void usage(FILE *f) {
           "              reduce_scatter = input per rank, alltoall = send buffer per rank,\n"
           "              pingpong/stream = one message\n"
           "  --iters/--warmup  timed and warm-up iterations (default: by size)\n"
-          "  --compare   openmpi (TCP), openmpi-shm (vader), gloo (ring), gloo-hd (halving-\n"
-          "              doubling allreduce); installs and builds bench/peers on first use\n"
+          "  --compare   nexar-spin (nexar with NEXAR_SPIN_US=$NEXAR_BENCH_SPIN_US, default\n"
+          "              100), openmpi (TCP), openmpi-shm (vader), gloo (ring), gloo-hd\n"
+          "              (halving-doubling allreduce); installs and builds bench/peers on\n"
+          "              first use\n"
           "  --json/--csv  every row of every library; --plot a PNG (needs matplotlib)\n"
           "  --timeout   a program that gives no row for SECS is killed (default 300)\n");
 }
@@ -148,7 +150,8 @@ int main(int argc, char **argv) {
     } else if (a == "--compare") {
       for (const std::string &l : split(v)) {
         if (!contains(nexar_bench::all_peer_libs(), l))
-          bad("unknown --compare library '" + l + "' (openmpi, openmpi-shm, gloo, gloo-hd)");
+          bad("unknown --compare library '" + l +
+              "' (nexar-spin, openmpi, openmpi-shm, gloo, gloo-hd)");
         if (!contains(o.compare, l)) o.compare.push_back(l);
       }
     } else if (a == "--json")
