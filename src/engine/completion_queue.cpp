@@ -49,13 +49,13 @@ void Completion::run() {
 }
 
 CompletionThread::CompletionThread() {
-  thread_ = std::thread([this] {
-    std::unique_lock<std::mutex> g(mu_);
+  thread_ = std::thread([st = state_] {
+    std::unique_lock<std::mutex> g(st->mu);
     for (;;) {
-      cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty() && stop_) return;
-      Completion c = std::move(queue_.front());
-      queue_.pop_front();
+      st->cv.wait(g, [&] { return st->stop || !st->queue.empty(); });
+      if (st->queue.empty() && st->stop) return;
+      Completion c = std::move(st->queue.front());
+      st->queue.pop_front();
       g.unlock();
       c.run();
       g.lock();
@@ -65,10 +65,10 @@ CompletionThread::CompletionThread() {
 
 CompletionThread::~CompletionThread() {
   {
-    std::lock_guard<std::mutex> g(mu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> g(state_->mu);
+    state_->stop = true;
   }
-  cv_.notify_one();
+  state_->cv.notify_one();
   if (on_this_thread()) {
     thread_.detach();  // destroyed from its own callback: it exits by itself
   } else {
@@ -78,17 +78,17 @@ CompletionThread::~CompletionThread() {
 
 void CompletionThread::push(Completion c) {
   {
-    std::lock_guard<std::mutex> g(mu_);
-    queue_.push_back(std::move(c));
+    std::lock_guard<std::mutex> g(state_->mu);
+    state_->queue.push_back(std::move(c));
   }
-  cv_.notify_one();
+  state_->cv.notify_one();
 }
 
 void CompletionThread::run_queued_inline() {
   std::deque<Completion> batch;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    batch.swap(queue_);
+    std::lock_guard<std::mutex> g(state_->mu);
+    batch.swap(state_->queue);
   }
   for (auto &c : batch)
     c.run();

@@ -79,10 +79,16 @@ class CompletionThread {
   bool on_this_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Completion> queue_;
-  bool stop_ = false;
+  // Shared with the thread: a callback may destroy its own communicator, and
+  // with it this object, while the thread is still inside that callback; the
+  // thread then finds the stop flag in state it still owns.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Completion> queue;
+    bool stop = false;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
   std::thread thread_;
 };
 
