@@ -3,6 +3,7 @@
 #include <mimalloc.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -11,11 +12,28 @@ namespace nexar {
 namespace {
 
 std::uint8_t *alloc_storage(std::size_t bytes) {
+#ifdef NEXAR_PLAIN_ALLOCATOR
+  // ThreadSanitizer builds: mimalloc is not instrumented, so TSan cannot see
+  // the synchronisation inside its free lists and reports memory handed from
+  // one thread to another as a race. The libc allocator is intercepted.
+  const std::size_t rounded =
+      (std::max<std::size_t>(bytes, 1) + kBufAlignment - 1) / kBufAlignment * kBufAlignment;
+  void *p = std::aligned_alloc(kBufAlignment, rounded);
+#else
   // mi_malloc_aligned(0, ..) is valid, but ask for one byte so the result is
   // always a distinct non-null pointer.
   void *p = mi_malloc_aligned(std::max<std::size_t>(bytes, 1), kBufAlignment);
+#endif
   if (p == nullptr) throw std::bad_alloc();
   return static_cast<std::uint8_t *>(p);
+}
+
+void free_storage(void *p) {
+#ifdef NEXAR_PLAIN_ALLOCATOR
+  std::free(p);
+#else
+  mi_free(p);
+#endif
 }
 
 constexpr std::size_t index(PoolTier t) noexcept {
@@ -64,7 +82,7 @@ void PooledBuf::reset() noexcept {
   if (pool_ != nullptr && tier_ != PoolTier::Unpooled) {
     pool_->release(data_, tier_);
   } else {
-    mi_free(data_);
+    free_storage(data_);
   }
   data_ = nullptr;
   size_ = capacity_ = 0;
@@ -86,7 +104,7 @@ BufferPool::~BufferPool() {
   // No PooledBuf can be outstanding here: each holds a shared_ptr to the pool.
   for (Tier &t : tiers_) {
     for (std::uint8_t *p : t.idle)
-      mi_free(p);
+      free_storage(p);
   }
 }
 
@@ -171,7 +189,7 @@ void BufferPool::release(std::uint8_t *data, PoolTier tier) noexcept {
   if (kept) {
     returned_.fetch_add(1, std::memory_order_relaxed);
   } else {
-    mi_free(data);
+    free_storage(data);
     dropped_.fetch_add(1, std::memory_order_relaxed);
   }
 }
