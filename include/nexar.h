@@ -353,6 +353,11 @@ typedef struct nexar_stats {
   /* RPC (nexar_rpc_call) */
   uint64_t rpc_requests_served;   /* RPC requests answered by this engine (any outcome) */
   uint64_t rpc_responses_dropped; /* RPC responses nobody waited for (late, cancelled, unknown) */
+
+  /* Relay (sparse topologies) */
+  uint64_t relay_bytes_sent;      /* payload bytes this engine sent to non-neighbours via relay */
+  uint64_t relay_bytes_forwarded; /* payload bytes this engine forwarded for other ranks */
+  uint64_t relay_frames_dropped;  /* malformed, misrouted or undeliverable relay frames */
 } nexar_stats_t;
 
 /** Fills stats (stats->struct_size must be set by the caller). */
