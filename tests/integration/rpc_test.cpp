@@ -132,14 +132,6 @@ struct Gate {
   }
 };
 
-nexar_stats_t stats(nexar_comm_t *comm) {
-  nexar_stats_t st;
-  memset(&st, 0, sizeof st);
-  st.struct_size = sizeof st;
-  EXPECT_EQ(nexar_comm_get_stats(comm, &st), NEXAR_OK);
-  return st;
-}
-
 // Polls until pred holds (bounded); returns whether it did.
 bool eventually(const std::function<bool()> &pred) {
   for (int i = 0; i < 6000; ++i) {
