@@ -358,6 +358,7 @@ typedef struct nexar_stats {
   uint64_t relay_bytes_sent;      /* payload bytes this engine sent to non-neighbours via relay */
   uint64_t relay_bytes_forwarded; /* payload bytes this engine forwarded for other ranks */
   uint64_t relay_frames_dropped;  /* malformed, misrouted or undeliverable relay frames */
+  uint64_t relay_bytes_held;      /* bytes held now for forwarding (bounded per neighbour) */
 } nexar_stats_t;
 
 /** Fills stats (stats->struct_size must be set by the caller). */

@@ -66,7 +66,11 @@ class RelaySink : public MessageSink {
         hold.conn = conn_;
         hold.bytes += len;
         if (hold.bytes <= kRelayBudgetBytes) return credit + len;
-        hold.withheld.emplace_back(sid_, len);  // the sender waits for the next hop
+        // The sender waits for the next hop.
+        if (!hold.withheld.empty() && hold.withheld.back().first == sid_)
+          hold.withheld.back().second += len;
+        else
+          hold.withheld.emplace_back(sid_, len);
         return credit;
       }
       case Mode::Deliver: {

@@ -17,7 +17,8 @@
 // not exhausted) and forwarded as soon as it is complete. Chunks received
 // from one neighbour and not yet acknowledged by the next hop are bounded by
 // kRelayBudgetBytes; past it that neighbour's QUIC credit is withheld, so a
-// slow next hop slows the origin instead of growing memory here. A chunk that
+// slow next hop slows the origin instead of growing memory here (the bound is
+// the budget plus the relay streams' receive windows already granted). A chunk that
 // cannot be forwarded (next hop lost) is dropped and the origin told (Nack).
 //
 // Destination: the chunks of a flow stream into the mailbox (or RPC hub)
@@ -96,6 +97,12 @@ class Relay {
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_forwarded() const { return bytes_forwarded_; }
   uint64_t frames_dropped() const { return dropped_; }
+  uint64_t bytes_held() const {
+    uint64_t n = 0;
+    for (const auto &[rank, h] : holds_)
+      n += h.bytes;
+    return n;
+  }
 
  private:
   friend class RelaySink;

@@ -1,6 +1,7 @@
 // Sparse meshes (NEXAR_TOPOLOGY_RING) through the C ABI: every rank connects
 // to its two ring neighbours only, and everything else (p2p, collectives,
 // RPC) is relayed by the ranks in between, on real QUIC on loopback.
+#include <algorithm>
 #include <cstring>
 
 #include "harness.h"
@@ -227,6 +228,34 @@ TEST(Relay, RpcToNonNeighbour) {
   EXPECT_EQ(nexar_rpc_call(w[0], 3, 6, nullptr, 0, &resp, nullptr, nullptr),
             NEXAR_ERR_RPC_NOT_REGISTERED);
   EXPECT_GT(stats(w[0]).relay_bytes_sent, 0u);
+}
+
+// A receive posted late: the destination buffers its unexpected-data budget,
+// the intermediate its relay budget (plus what the QUIC window already let
+// in), and then the origin waits; nothing grows without bound, and the
+// message arrives intact once received.
+TEST(Relay, SlowDestinationBoundsTheIntermediate) {
+  RingWorld w(6);
+  ASSERT_TRUE(w.ok());
+  const size_t bytes = 128u << 20;  // more than both can hold
+  Bytes v = pattern(bytes, 5), got(bytes);
+  Completions sent;
+  ASSERT_EQ(nexar_send(w[0], v.data(), v.size(), 2, 1, Completions::callback, &sent), NEXAR_OK);
+  // Bytes the intermediate may hold: its budget plus the relay streams'
+  // QUIC receive windows (2 x 32 MiB) and one chunk.
+  const uint64_t bound = (16u << 20) + (64u << 20) + (256u << 10);
+  uint64_t most = 0;
+  for (int i = 0; i < 200 && sent.count() == 0; ++i) {
+    most = std::max(most, stats(w[1]).relay_bytes_held);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LE(most, bound);
+  EXPECT_LE(stats(w[2]).unexpected_bytes, (16u << 20) + (64u << 20));
+  NX_OK(nexar_recv(w[2], got.data(), got.size(), 0, 1, nullptr, nullptr));
+  ASSERT_TRUE(sent.wait(1));
+  EXPECT_EQ(sent.records[0].status, NEXAR_OK) << sent.records[0].message;
+  EXPECT_TRUE(got == v);
+  EXPECT_EQ(stats(w[1]).relay_bytes_held, 0u);
 }
 
 // nexar_comm_abort reaches ranks that are not neighbours (relayed notice).
