@@ -156,6 +156,16 @@ inline void check_size_mismatch(const World &w, uint32_t from, uint32_t to) {
   EXPECT_EQ(got, next);
 }
 
+// An RPC handler: replies with every request byte xor 0x5A.
+inline nexar_status_t xor_5a(void *, uint32_t, uint32_t, const void *req, size_t len,
+                             nexar_rpc_reply_t *reply) {
+  std::vector<uint8_t> out(static_cast<const uint8_t *>(req),
+                           static_cast<const uint8_t *>(req) + len);
+  for (auto &b : out)
+    b ^= 0x5A;
+  return nexar_rpc_reply_set(reply, out.data(), out.size());
+}
+
 // The engine counters of comm's rank.
 inline nexar_stats_t stats(nexar_comm_t *comm) {
   nexar_stats_t st;

@@ -198,16 +198,6 @@ TEST(Relay, RepeatedCollectivesOnFiveRankRing) {
   });
 }
 
-namespace {
-nexar_status_t xor_5a(void *, uint32_t, uint32_t, const void *req, size_t len,
-                      nexar_rpc_reply_t *reply) {
-  Bytes out(static_cast<const uint8_t *>(req), static_cast<const uint8_t *>(req) + len);
-  for (auto &b : out)
-    b ^= 0x5A;
-  return nexar_rpc_reply_set(reply, out.data(), out.size());
-}
-}  // namespace
-
 TEST(Relay, RpcToNonNeighbour) {
   RingWorld w(6);
   ASSERT_TRUE(w.ok());
