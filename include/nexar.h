@@ -139,6 +139,14 @@ typedef void (*nexar_done_fn)(void *user_data, const nexar_completion_t *complet
 #define NEXAR_POOL_TRAINING 0
 #define NEXAR_POOL_INFERENCE 1
 
+/* Mesh topology (nexar_comm_options_t.topology, NEXAR_TOPOLOGY). In a sparse
+ * topology a rank connects to its neighbours only; messages to any other rank
+ * (point-to-point, collectives, RPC) are relayed by the ranks on a static
+ * shortest route, transparently: same matching, ordering and errors. See
+ * docs/relay.md. */
+#define NEXAR_TOPOLOGY_FULL 0 /* every pair connected (default) */
+#define NEXAR_TOPOLOGY_RING 1 /* rank r connects to r-1 and r+1 (mod N) only */
+
 #define NEXAR_LOG_ERROR 0
 #define NEXAR_LOG_WARN 1
 #define NEXAR_LOG_INFO 2
@@ -173,6 +181,8 @@ typedef struct nexar_comm_options {
   int32_t rank;                  /* NEXAR_RANK; -1 = assigned by the seed */
   uint32_t world_size;           /* NEXAR_WORLD_SIZE; 0 = unknown */
   uint64_t rpc_timeout_ms;       /* NEXAR_RPC_TIMEOUT_SECS; default 30 s, per nexar_rpc_call */
+  uint32_t topology;             /* NEXAR_TOPOLOGY=full|ring; NEXAR_TOPOLOGY_*, default FULL.
+                                    Every rank must use the same value. */
 } nexar_comm_options_t;
 
 /**
@@ -343,6 +353,12 @@ typedef struct nexar_stats {
   /* RPC (nexar_rpc_call) */
   uint64_t rpc_requests_served;   /* RPC requests answered by this engine (any outcome) */
   uint64_t rpc_responses_dropped; /* RPC responses nobody waited for (late, cancelled, unknown) */
+
+  /* Relay (sparse topologies) */
+  uint64_t relay_bytes_sent;      /* payload bytes this engine sent to non-neighbours via relay */
+  uint64_t relay_bytes_forwarded; /* payload bytes this engine forwarded for other ranks */
+  uint64_t relay_frames_dropped;  /* malformed, misrouted or undeliverable relay frames */
+  uint64_t relay_bytes_held;      /* bytes held now for forwarding (bounded per neighbour) */
 } nexar_stats_t;
 
 /** Fills stats (stats->struct_size must be set by the caller). */

@@ -31,6 +31,8 @@ Engine::Engine(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
       loop_(static_cast<int32_t>(id.rank)),
       mailbox_(std::make_unique<Mailbox>(pool_)),
       rpc_(std::make_unique<rpc::RpcHub>(*this)),
+      topo_(cfg_.topology, id.world_size),
+      relay_(std::make_unique<Relay>(*this)),
       peers_(id.world_size) {
   loop_.set_spin_us(cfg_.spin_us);
   endpoint_ = std::make_unique<QuicEndpoint>(&loop_, this, id_.cluster_id, creds_,
@@ -57,6 +59,7 @@ Engine::~Engine() {
   shutdown();
   // The loop thread has stopped: tear down on this thread in dependency order.
   endpoint_.reset();
+  relay_.reset();
   rpc_.reset();
   mailbox_.reset();
 }
@@ -123,8 +126,10 @@ Status Engine::start_mesh(const std::vector<SocketAddress> &peer_addrs) {
   loop_.run_sync([&] {
     for (uint32_t r = 0; r < id_.world_size; ++r)
       peers_[r].addr = peer_addrs[r];
-    // The higher rank connects: every pair has exactly one connection.
+    // The higher rank connects: every pair of neighbours has exactly one
+    // connection.
     for (uint32_t r = 0; r < id_.rank && start_error.ok(); ++r) {
+      if (!direct(r)) continue;
       QuicConnection *c = nullptr;
       Status s = endpoint_->connect(peers_[r].addr, r, &c);
       if (!s)
@@ -143,7 +148,7 @@ Status Engine::wait_mesh() {
   if (id_.world_size == 1) return {};
   std::unique_lock<std::mutex> g(mesh_mu_);
   const bool done = mesh_cv_.wait_for(g, std::chrono::milliseconds(cfg_.connect_timeout_ms), [&] {
-    return ready_peers_ == id_.world_size - 1 || !mesh_error_.ok();
+    return ready_peers_ == topo_.neighbours(id_.rank).size() || !mesh_error_.ok();
   });
   if (!mesh_error_.ok()) return mesh_error_;
   if (!done) {
@@ -151,7 +156,7 @@ Status Engine::wait_mesh() {
     std::string missing;
     loop_.run_sync([&] {
       for (uint32_t r = 0; r < id_.world_size; ++r)
-        if (r != id_.rank && !peers_[r].ready)
+        if (direct(r) && !peers_[r].ready)
           missing += (missing.empty() ? "" : ",") + std::to_string(r);
     });
     return error(NEXAR_ERR_TIMEOUT,
@@ -159,7 +164,8 @@ Status Engine::wait_mesh() {
                         id_.rank, static_cast<unsigned long long>(cfg_.connect_timeout_ms),
                         missing.c_str()));
   }
-  LOG_DEBUG("mesh formed with %u peers", id_.world_size - 1);
+  LOG_DEBUG("mesh formed with %zu neighbours (%s topology)", topo_.neighbours(id_.rank).size(),
+            topology_name(topo_.kind()));
   return {};
 }
 
@@ -177,7 +183,16 @@ void Engine::stats(nexar_stats_t *out) {
     out->connections = endpoint_->connections();
     out->rpc_requests_served = rpc_->requests_served();
     out->rpc_responses_dropped = rpc_->responses_dropped();
+    out->relay_bytes_sent = relay_->bytes_sent();
+    out->relay_bytes_forwarded = relay_->bytes_forwarded();
+    out->relay_frames_dropped = relay_->frames_dropped();
+    out->relay_bytes_held = relay_->bytes_held();
   });
+}
+
+bool Engine::forming(uint32_t world_rank) const {
+  return direct(world_rank) && !shut_down_ && !peers_[world_rank].ready &&
+         !mailbox_->peer_failure(world_rank);
 }
 
 QuicConnection *Engine::conn_to(uint32_t world_rank) const {
@@ -187,8 +202,57 @@ QuicConnection *Engine::conn_to(uint32_t world_rank) const {
 }
 
 void Engine::send_control(uint32_t world_rank, const wire::ControlMessage &m) {
-  if (world_rank < peers_.size() && peers_[world_rank].conn)
+  if (world_rank < peers_.size() && !direct(world_rank) && world_rank != id_.rank)
+    relay_->send_control(world_rank, wire::encode_control(m));
+  else if (world_rank < peers_.size() && peers_[world_rank].conn)
     send_control_on(peers_[world_rank].conn, m);
+}
+
+bool Engine::send_owned(uint32_t world_rank, OutgoingMessage msg, uint64_t key) {
+  if (direct(world_rank)) {
+    QuicConnection *c = conn_to(world_rank);
+    if (!c) return false;
+    c->send(std::move(msg), false, key);
+    return true;
+  }
+  QuicConnection *c = relay_->route(world_rank, nullptr);
+  if (!c) return false;
+  relay_->send(c, world_rank, msg.header, msg.payload, nullptr, 0, nullptr);
+  return true;
+}
+
+MessageSink *Engine::deliver_relayed(uint32_t origin, QuicConnection *c, int64_t stream_id,
+                                     const wire::FrameHeader &inner) {
+  if (inner.kind == wire::FrameKind::RpcRequest)
+    return rpc_->on_request(origin, c, stream_id, inner);
+  if (inner.kind == wire::FrameKind::RpcResponse) return rpc_->on_response(origin, inner);
+  MsgKey key{origin, static_cast<uint8_t>(inner.kind), inner.comm_id, inner.tag};
+  return mailbox_->on_message(key, inner.length, inner.check, c, stream_id);
+}
+
+void Engine::on_relayed_control(uint32_t origin, std::span<const uint8_t> message) {
+  wire::DecodeResult r = wire::decode_control(message);
+  if (!r) {
+    LOG_WARN("relay: malformed control message from rank %u dropped: %s", origin, r.error.c_str());
+    return;
+  }
+  if (const auto *a = std::get_if<wire::Abort>(&*r.message))
+    handle_comm_notice(origin, *a);
+  else if (const auto *m = std::get_if<wire::CollectiveMismatch>(&*r.message))
+    handle_comm_notice(origin, *m);
+  else
+    LOG_WARN("relay: rank %u relayed a control message that only travels directly; dropped",
+             origin);
+}
+
+void Engine::fail_unreachable(uint32_t world_rank, const Status &s) {
+  if (shut_down_ || mailbox_->peer_failure(world_rank)) return;
+  LOG_INFO("%s", s.message.c_str());
+  mailbox_->fail_peer(world_rank, s);
+  rpc_->fail_peer(world_rank, s);
+  for (auto &[id, list] : comms_)
+    for (Communicator *comm : std::vector<Communicator *>(list))
+      comm->on_remote_failure(s);
 }
 
 void Engine::send_control_on(QuicConnection *c, const wire::ControlMessage &m) {
@@ -247,6 +311,9 @@ void Engine::handle_hello(QuicConnection *c, const wire::Hello &h) {
   else if (h.cluster_id != id_.cluster_id || h.world_size != id_.world_size)
     s = error(NEXAR_ERR_AUTH, format("rank %u belongs to another cluster or world size (%u)",
                                      h.rank, h.world_size));
+  else if (!direct(h.rank))
+    s = error(NEXAR_ERR_PROTOCOL, format("rank %u is not a neighbour of rank %u in the %s topology",
+                                         h.rank, id_.rank, topology_name(topo_.kind())));
   else if (h.rank <= id_.rank)
     s = error(NEXAR_ERR_PROTOCOL,
               format("rank %u connected to rank %u; lower ranks never connect", h.rank, id_.rank));
@@ -268,6 +335,7 @@ void Engine::peer_ready(uint32_t rank, QuicConnection *c) {
   peers_[rank].conn = c;
   peers_[rank].ready = true;
   LOG_DEBUG("rank %u ready at %s", rank, c->remote().to_string().c_str());
+  relay_->on_neighbour_ready(rank);
   std::lock_guard<std::mutex> g(mesh_mu_);
   ++ready_peers_;
   mesh_cv_.notify_all();
@@ -331,9 +399,10 @@ void Engine::handle_comm_notice(uint32_t from, const CommNotice &notice) {
 }
 
 MessageSink *Engine::on_message(QuicConnection *c, int64_t stream_id, const wire::FrameHeader &h) {
-  if (h.kind == wire::FrameKind::RpcRequest) return rpc_->on_request(c, stream_id, h);
-  if (h.kind == wire::FrameKind::RpcResponse) return rpc_->on_response(c, h);
   const uint32_t from = c->expected_peer_rank();
+  if (h.kind == wire::FrameKind::Relay) return relay_->on_frame(c, stream_id, h);
+  if (h.kind == wire::FrameKind::RpcRequest) return rpc_->on_request(from, c, stream_id, h);
+  if (h.kind == wire::FrameKind::RpcResponse) return rpc_->on_response(from, h);
   MsgKey key{from, static_cast<uint8_t>(h.kind), h.comm_id, h.tag};
   return mailbox_->on_message(key, h.length, h.check, c, stream_id);
 }
@@ -360,6 +429,8 @@ void Engine::on_closed(QuicConnection *c, const Status &why) {
       for (auto &[id, list] : comms_)
         for (Communicator *comm : std::vector<Communicator *>(list))
           comm->on_remote_failure(s);
+      // Relayed waits through it, and ranks only reachable through it.
+      relay_->on_neighbour_lost(r, c, s);
       if (!was_ready) {
         std::lock_guard<std::mutex> g(mesh_mu_);
         if (mesh_error_.ok())

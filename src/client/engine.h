@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "client/mailbox.h"
+#include "client/relay.h"
+#include "cluster/topology.h"
 #include "core/buffer_pool.h"
 #include "core/config.h"
 #include "engine/completion_queue.h"
@@ -40,9 +42,10 @@ class Engine : public ConnectionHandler {
   // first to tell the seed its address); takes ownership of bound_fd.
   Status start_on(int bound_fd);
   const SocketAddress &address() const { return address_; }
-  // Connects to every lower rank (higher ranks connect to us)...
+  // Connects to every lower neighbour (higher ones connect to us; in a full
+  // mesh every rank is a neighbour, config().topology says otherwise)...
   Status start_mesh(const std::vector<SocketAddress> &peer_addrs);
-  // ...and waits, bounded by connect_timeout_ms, until every peer said hello.
+  // ...and waits, bounded by connect_timeout_ms, until every neighbour said hello.
   Status wait_mesh();
   // Ends a wait_mesh in progress (or the next one) with this error: the seed
   // reported that another rank died during formation. Any thread.
@@ -59,6 +62,12 @@ class Engine : public ConnectionHandler {
   CompletionThread &completions() { return *completions_; }
   BufferPool &pool() { return *pool_; }
   rpc::RpcHub &rpc() { return *rpc_; }
+  Relay &relay() { return *relay_; }
+  const Topology &topology() const { return topo_; }
+  // Whether this rank has (or had) a direct connection to world_rank.
+  bool direct(uint32_t world_rank) const { return topo_.is_neighbour(id_.rank, world_rank); }
+  // A neighbour whose connection is not ready yet and has not failed.
+  bool forming(uint32_t world_rank) const;
 
   // Fills the counters (from any thread).
   void stats(nexar_stats_t *out);
@@ -70,6 +79,16 @@ class Engine : public ConnectionHandler {
   }
   void send_control(uint32_t world_rank, const wire::ControlMessage &m);
   void send_control_on(QuicConnection *c, const wire::ControlMessage &m);
+  // Sends a message that owns its payload (msg.owned) to world_rank, relayed
+  // if it is not a neighbour; false if there is no way there now.
+  bool send_owned(uint32_t world_rank, OutgoingMessage msg, uint64_t key);
+  // A relayed message for this rank starts: where its payload goes.
+  MessageSink *deliver_relayed(uint32_t origin, QuicConnection *c, int64_t stream_id,
+                               const wire::FrameHeader &inner);
+  // A control message relayed from origin (Abort, CollectiveMismatch).
+  void on_relayed_control(uint32_t origin, std::span<const uint8_t> message);
+  // world_rank cannot be reached any more (a relay on its route was lost).
+  void fail_unreachable(uint32_t world_rank, const Status &s);
   void register_comm(Communicator *c);
   void unregister_comm(Communicator *c);
   // The communicator with this id on this engine, or nullptr.
@@ -101,6 +120,8 @@ class Engine : public ConnectionHandler {
   EventLoop loop_;
   std::unique_ptr<Mailbox> mailbox_;
   std::unique_ptr<rpc::RpcHub> rpc_;
+  Topology topo_;
+  std::unique_ptr<Relay> relay_;
   std::unique_ptr<QuicEndpoint> endpoint_;
   std::unique_ptr<CompletionThread> completions_;
   SocketAddress address_;

@@ -40,6 +40,7 @@ bool SendWait::await_ready() {
     finish(op_->status());
     return true;
   }
+  if (!engine_.direct(world_peer_)) return relay_ready();
   conn_ = engine_.conn_to(world_peer_);
   if (!conn_) {
     const Status *dead = engine_.peer_failure(world_peer_);
@@ -66,7 +67,62 @@ bool SendWait::await_ready() {
   return finished();  // a closed connection reports at once
 }
 
+bool SendWait::relay_ready() {
+  relayed_ = true;
+  Status why;
+  if (const Status *dead = engine_.peer_failure(world_peer_)) {
+    finish(error(NEXAR_ERR_PEER_FAILED,
+                 format("%s: rank %d is unreachable: %s", what_, user_rank_, dead->message.c_str()),
+                 user_rank_));
+    return true;
+  }
+  conn_ = engine_.relay().route(world_peer_, &why);
+  if (!conn_) {
+    why.failed_rank = user_rank_;
+    finish(error(NEXAR_ERR_PEER_FAILED, format("%s: %s", what_, why.message.c_str()), user_rank_));
+    return true;
+  }
+  if (header_.length <= kEagerBytes && conn_->queued_bytes() < kEagerQueueLimit) {
+    engine_.relay().send(conn_, world_peer_, header_, payload_, nullptr, 0, nullptr);
+    finish(Status());
+    return true;
+  }
+  const uint32_t hop = engine_.topology().next_hop(engine_.identity().rank, world_peer_);
+  send_id_ = engine_.relay().watch(this, world_peer_, hop);
+  relay_started_ = true;
+  engine_.relay().send(conn_, world_peer_, header_, payload_, this, send_id_, &chunks_);
+  return finished();  // a closed connection reports at once
+}
+
+void SendWait::relay_fail(const Status &s) {
+  finish(
+      error(s.code == NEXAR_ERR_CLOSED ? NEXAR_ERR_PEER_FAILED : s.code,
+            format("%s: relaying %llu bytes to rank %d failed: %s", what_,
+                   static_cast<unsigned long long>(header_.length), user_rank_, s.message.c_str()),
+            user_rank_));
+}
+
+void SendWait::maybe_finish_relayed() {
+  if (relay_started_ && chunks_done_ == chunks_.size() && send_id_ == 0) finish(Status());
+}
+
+void SendWait::on_relay_result(const Status &s) {
+  send_id_ = 0;  // the relay already forgot it
+  if (!s.ok())
+    relay_fail(s);
+  else
+    maybe_finish_relayed();
+}
+
 void SendWait::on_send_done(const Status &s) {
+  if (relayed_) {
+    ++chunks_done_;
+    if (!s.ok())
+      relay_fail(s);
+    else
+      maybe_finish_relayed();
+    return;
+  }
   item_ = nullptr;
   if (s.ok()) {
     finish(Status());
@@ -78,6 +134,22 @@ void SendWait::on_send_done(const Status &s) {
 }
 
 void SendWait::detach() {
+  if (relayed_) {
+    if (send_id_) engine_.relay().unwatch(std::exchange(send_id_, 0));
+    // Chunks not acknowledged yet: the transport must let go of the buffer.
+    // A chunk cut off half-way reaches the destination padded with zeros and
+    // the message after it is refused there (its flow restarted early).
+    for (size_t i = chunks_done_; i < chunks_.size(); ++i) {
+      if (!chunks_[i]) continue;
+      auto pin = std::make_shared<PinListener>(op_);
+      if (conn_->cancel(chunks_[i], pin.get()))
+        op_->keep_alive(std::move(pin));
+      else
+        pin->on_send_done(Status());
+    }
+    chunks_done_ = chunks_.size();
+    return;
+  }
   if (!item_) return;
   auto pin = std::make_shared<PinListener>(op_);
   if (conn_->cancel(item_, pin.get()))

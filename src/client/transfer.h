@@ -7,6 +7,7 @@
 
 #include "client/communicator.h"
 #include "client/mailbox.h"
+#include "client/relay.h"
 #include "engine/task.h"
 #include "engine/wait.h"
 #include "transport/quic_connection.h"
@@ -19,7 +20,11 @@ constexpr uint64_t kEagerBytes = 64 << 10;
 // Eager copies stop once this much is queued on a connection (back-pressure).
 constexpr uint64_t kEagerQueueLimit = 8ull << 20;
 
-class SendWait : public Wait, public SendListener {
+// To a rank that is not a neighbour (sparse topology) the message is relayed
+// (client/relay.h) with the same completion meaning as a direct send: small
+// messages are copied and complete at once; larger ones complete when the
+// next hop acknowledged every chunk and the destination the whole message.
+class SendWait : public Wait, public SendListener, public RelayWaiter {
  public:
   SendWait(Engine &engine, OpContext *op, uint64_t deadline_ns, uint32_t world_peer,
            int32_t user_rank, const wire::FrameHeader &h, const void *payload, const char *what);
@@ -27,6 +32,7 @@ class SendWait : public Wait, public SendListener {
   bool await_suspend(std::coroutine_handle<> h) { return suspend(h); }
   Status await_resume() { return result(); }
   void on_send_done(const Status &s) override;
+  void on_relay_result(const Status &s) override;
 
  protected:
   void detach() override;
@@ -41,6 +47,16 @@ class SendWait : public Wait, public SendListener {
   const char *what_;
   QuicConnection *conn_ = nullptr;
   QuicConnection::SendItem *item_ = nullptr;
+
+  // Relayed sends (zero-copy): chunks in flight to the next hop, in order.
+  bool relayed_ = false;
+  bool relay_started_ = false;
+  std::vector<QuicConnection::SendItem *> chunks_;
+  size_t chunks_done_ = 0;
+  uint64_t send_id_ = 0;  // waiting for the destination's Ack while != 0
+  bool relay_ready();
+  void relay_fail(const Status &s);
+  void maybe_finish_relayed();
 };
 
 // Sends len bytes to comm rank `to`: kind/tag select the receiver's match key.

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cluster/topology.h"
+
 namespace nexar {
 namespace {
 
@@ -120,6 +122,7 @@ Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size) {
   full.spin_us = d.spin_us;
   full.rank = -1;
   full.rpc_timeout_ms = d.rpc_timeout_ms;
+  full.topology = d.topology;
 
   Status s;
   if (!(s = env_seconds_ms("NEXAR_COLLECTIVE_TIMEOUT_SECS", &full.collective_timeout_ms))) return s;
@@ -164,6 +167,8 @@ Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size) {
     full.rank = static_cast<int32_t>(r);
   }
   if (!(s = env_u32("NEXAR_WORLD_SIZE", &full.world_size))) return s;
+  if (const char *v = env("NEXAR_TOPOLOGY"))
+    if (!(s = parse_topology(v, &full.topology))) return s;
 
   memcpy(opts, &full, full.struct_size);
   return {};
@@ -202,6 +207,7 @@ Status Config::from_options(const nexar_comm_options_t *opts, Config *out) {
   if (HAS_FIELD(n, rank)) c.rank = opts->rank;
   if (HAS_FIELD(n, world_size)) c.world_size = opts->world_size;
   if (HAS_FIELD(n, rpc_timeout_ms)) c.rpc_timeout_ms = opts->rpc_timeout_ms;
+  if (HAS_FIELD(n, topology)) c.topology = opts->topology;
 
   if (c.completion_mode > NEXAR_COMPLETION_POLLED)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
@@ -216,6 +222,9 @@ Status Config::from_options(const nexar_comm_options_t *opts, Config *out) {
   if (c.heartbeat_interval_ms == 0 || c.heartbeat_timeout_ms < c.heartbeat_interval_ms)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  "heartbeat_timeout_ms must be at least heartbeat_interval_ms, which must be > 0");
+  if (c.topology > NEXAR_TOPOLOGY_RING)
+    return error(NEXAR_ERR_INVALID_ARGUMENT,
+                 format("topology %u is not valid (NEXAR_TOPOLOGY_FULL or _RING)", c.topology));
   if (c.pipeline_segment_bytes < 4096)
     return error(NEXAR_ERR_INVALID_ARGUMENT, "pipeline_segment_bytes must be at least 4096");
   *out = std::move(c);

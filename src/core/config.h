@@ -31,6 +31,7 @@ struct Config {
   int32_t rank = -1;
   uint32_t world_size = 0;
   uint64_t rpc_timeout_ms = 30000;
+  uint32_t topology = NEXAR_TOPOLOGY_FULL;
 
   // Copies the fields a caller set (NULL opts = defaults plus environment).
   static Status from_options(const nexar_comm_options_t *opts, Config *out);

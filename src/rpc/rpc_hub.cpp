@@ -365,15 +365,15 @@ Task<Status> RpcHub::call(Communicator *comm, OpContext *op, uint32_t target, ui
   co_return Status();
 }
 
-MessageSink *RpcHub::on_request(QuicConnection *c, int64_t stream_id, const wire::FrameHeader &h) {
-  auto sink = std::make_unique<RequestSink>(this, c->expected_peer_rank(), h, c, stream_id);
+MessageSink *RpcHub::on_request(uint32_t from, QuicConnection *c, int64_t stream_id,
+                                const wire::FrameHeader &h) {
+  auto sink = std::make_unique<RequestSink>(this, from, h, c, stream_id);
   MessageSink *raw = sink.get();
   sinks_.emplace(raw, std::move(sink));
   return raw;
 }
 
-MessageSink *RpcHub::on_response(QuicConnection *c, const wire::FrameHeader &h) {
-  const uint32_t from = c->expected_peer_rank();
+MessageSink *RpcHub::on_response(uint32_t from, const wire::FrameHeader &h) {
   ResponseWait *w = nullptr;
   auto it = waiters_.find(h.tag);
   if (it == waiters_.end()) {
@@ -478,12 +478,6 @@ void RpcHub::answer(uint32_t from, const wire::FrameHeader &h, Status s, PooledB
     return;
   }
 
-  QuicConnection *c = engine_.conn_to(from);
-  if (!c) {
-    LOG_DEBUG("rpc: the response to request %llu of rank %u is dropped: no connection", ull(h.tag),
-              from);
-    return;
-  }
   OutgoingMessage msg;
   msg.header.kind = wire::FrameKind::RpcResponse;
   msg.header.comm_id = h.comm_id;
@@ -498,7 +492,9 @@ void RpcHub::answer(uint32_t from, const wire::FrameHeader &h, Status s, PooledB
   }
   msg.header.length = msg.owned.size();
   msg.payload = msg.owned.data();
-  c->send(std::move(msg), false, 0);
+  if (!engine_.send_owned(from, std::move(msg), 0))
+    LOG_DEBUG("rpc: the response to request %llu of rank %u is dropped: no connection", ull(h.tag),
+              from);
 }
 
 void RpcHub::fail_peer(uint32_t world_rank, const Status &s) {

@@ -66,8 +66,11 @@ class RpcHub {
                     const void *request, uint64_t request_len, nexar_rpc_response **out);
 
   // Frames from the network.
-  MessageSink *on_request(QuicConnection *c, int64_t stream_id, const wire::FrameHeader &h);
-  MessageSink *on_response(QuicConnection *c, const wire::FrameHeader &h);
+  // `from` is the world rank that made the frame (for a relayed frame, its
+  // origin; c is then the last hop, whose credit the sink withholds).
+  MessageSink *on_request(uint32_t from, QuicConnection *c, int64_t stream_id,
+                          const wire::FrameHeader &h);
+  MessageSink *on_response(uint32_t from, const wire::FrameHeader &h);
   // Every call waiting on this world rank fails with s.
   void fail_peer(uint32_t world_rank, const Status &s);
   // The connection is going away: withheld credit is no longer returned to it.

@@ -16,6 +16,18 @@
 //
 // RPC requests and responses have lanes of their own (rpc/rpc_hub.h): tag is
 // the caller's request id, and neither waits behind bulk data or the other.
+//
+// Relay frames (sparse topologies, client/relay.h) travel on the relay lane.
+// Their header's comm_id, tag and check are those of the inner message; the
+// payload is a 32-byte RelayPrefix, then one chunk (at most kRelayChunkBytes)
+// of the inner message's payload:
+//
+//   0..3   origin (u32)        12..15 reserved (0)
+//   4..7   destination (u32)   16..23 send id (u64): origin's id of the message
+//   8      ttl (hops left)     24..31 total (u64): the inner message's length
+//   9      inner kind                 (Nack: the rank that could not be reached)
+//   10     flags (First, Last, WantAck)
+//   11     reserved (0)
 #pragma once
 
 #include <cstddef>
@@ -25,13 +37,20 @@
 
 namespace nexar::wire {
 
-enum class Lane : uint8_t { Control = 0xC0, Data = 0xD0, RpcRequest = 0xA0, RpcResponse = 0xA1 };
+enum class Lane : uint8_t {
+  Control = 0xC0,
+  Data = 0xD0,
+  RpcRequest = 0xA0,
+  RpcResponse = 0xA1,
+  Relay = 0xB0
+};
 enum class FrameKind : uint8_t {
   Control = 1,
   P2P = 2,
   Collective = 3,
   RpcRequest = 4,
-  RpcResponse = 5
+  RpcResponse = 5,
+  Relay = 6
 };
 
 constexpr uint8_t kFrameVersion = 1;
@@ -47,6 +66,28 @@ struct FrameHeader {
   uint32_t check = 0;
 };
 
+// Relay wrapping (see above).
+constexpr size_t kRelayPrefixSize = 32;
+constexpr uint64_t kRelayChunkBytes = 256 << 10;
+// Inner kinds that exist only inside relay frames.
+constexpr uint8_t kRelayAck = 0x10;       // the destination received send id completely
+constexpr uint8_t kRelayNack = 0x11;      // a rank on the route could not forward send id
+constexpr uint8_t kRelayRankLost = 0x12;  // a rank lost its neighbour `total`
+constexpr uint8_t kRelayFirst = 1, kRelayLast = 2, kRelayWantAck = 4;
+
+struct RelayPrefix {
+  uint32_t origin = 0;
+  uint32_t dest = 0;
+  uint8_t ttl = 0;
+  uint8_t inner_kind = 0;
+  uint8_t flags = 0;
+  uint64_t send_id = 0;
+  uint64_t total = 0;
+};
+void encode_relay_prefix(const RelayPrefix &p, uint8_t out[kRelayPrefixSize]);
+// Checks the reserved bytes, the flags and the inner kind.
+Status decode_relay_prefix(const uint8_t in[kRelayPrefixSize], RelayPrefix *out);
+
 void encode_frame_header(const FrameHeader &h, uint8_t out[kFrameHeaderSize]);
 // Checks version, kind, reserved bytes and the length against the kind's limit.
 Status decode_frame_header(const uint8_t in[kFrameHeaderSize], FrameHeader *out);
@@ -54,7 +95,7 @@ Status decode_frame_header(const uint8_t in[kFrameHeaderSize], FrameHeader *out)
 inline bool valid_lane(uint8_t b) {
   return b == static_cast<uint8_t>(Lane::Control) || b == static_cast<uint8_t>(Lane::Data) ||
          b == static_cast<uint8_t>(Lane::RpcRequest) ||
-         b == static_cast<uint8_t>(Lane::RpcResponse);
+         b == static_cast<uint8_t>(Lane::RpcResponse) || b == static_cast<uint8_t>(Lane::Relay);
 }
 
 // The lane a frame of this kind must arrive on.
@@ -66,6 +107,8 @@ inline Lane lane_of(FrameKind k) {
       return Lane::RpcRequest;
     case FrameKind::RpcResponse:
       return Lane::RpcResponse;
+    case FrameKind::Relay:
+      return Lane::Relay;
     default:
       return Lane::Data;
   }

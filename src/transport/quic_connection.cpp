@@ -50,6 +50,8 @@ QuicConnection::QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, boo
     d.lane_byte = static_cast<uint8_t>(wire::Lane::Data);
   rpc_[0].lane_byte = static_cast<uint8_t>(wire::Lane::RpcRequest);
   rpc_[1].lane_byte = static_cast<uint8_t>(wire::Lane::RpcResponse);
+  for (auto &y : relay_)
+    y.lane_byte = static_cast<uint8_t>(wire::Lane::Relay);
 }
 
 QuicConnection::~QuicConnection() {
@@ -61,6 +63,8 @@ QuicConnection::~QuicConnection() {
     finish_items(d, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
   for (auto &r : rpc_)
     finish_items(r, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
+  for (auto &y : relay_)
+    finish_items(y, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
   for (auto &[id, rs] : recv_)
     if (rs.sink) rs.sink->finish(false);
   if (conn_) ngtcp2_conn_del(conn_);
@@ -276,6 +280,8 @@ int QuicConnection::cb_extend_max_stream_data(ngtcp2_conn *, int64_t sid, uint64
     if (d.id == sid) d.blocked = false;
   for (auto &r : self->rpc_)
     if (r.id == sid) r.blocked = false;
+  for (auto &y : self->relay_)
+    if (y.id == sid) y.blocked = false;
   self->ep_->mark_dirty(self);
   return 0;
 }
@@ -358,6 +364,9 @@ void QuicConnection::open_streams() {
     all = all && open(d);
   for (auto &r : rpc_)
     all = all && open(r);
+  // Relay streams open with their first frame: full meshes never use them.
+  for (auto &y : relay_)
+    if (!y.items.empty()) all = all && open(y);
   streams_open_ = all;
   ep_->mark_dirty(this);
 }
@@ -378,6 +387,12 @@ QuicConnection::SendItem *QuicConnection::send(OutgoingMessage msg, bool control
   item->owned = std::move(msg.owned);
   item->payload = msg.payload;
   item->payload_len = msg.header.length;
+  if (msg.header.kind == wire::FrameKind::Relay) {
+    // The relay prefix travels with the header; the payload is the chunk.
+    memcpy(item->header + wire::kFrameHeaderSize, msg.prefix, wire::kRelayPrefixSize);
+    item->header_len = wire::kFrameHeaderSize + wire::kRelayPrefixSize;
+    item->payload_len = msg.header.length - wire::kRelayPrefixSize;
+  }
   item->listener = msg.listener;
   if (closed_) {
     if (item->listener) item->listener->on_send_done(Status(NEXAR_ERR_CLOSED, "connection closed"));
@@ -386,12 +401,15 @@ QuicConnection::SendItem *QuicConnection::send(OutgoingMessage msg, bool control
   SendStream &st = control                                           ? control_
                    : msg.header.kind == wire::FrameKind::RpcRequest  ? rpc_[0]
                    : msg.header.kind == wire::FrameKind::RpcResponse ? rpc_[1]
+                   : msg.header.kind == wire::FrameKind::Relay       ? relay_[key % kRelayStreams]
                                                                      : data_[key % kDataStreams];
   if (!control) {
     ++ep_->stats().messages_sent;
     ep_->stats().bytes_sent += item->payload_len;
   }
-  return enqueue(st, std::move(item));
+  SendItem *raw = enqueue(st, std::move(item));
+  if (st.id < 0 && streams_open_) open_streams();
+  return raw;
 }
 
 void QuicConnection::send_control(const wire::ControlMessage &m, SendListener *listener) {
@@ -414,12 +432,14 @@ bool QuicConnection::has_unacked() const {
     if (!d.items.empty()) return true;
   for (const auto &r : rpc_)
     if (!r.items.empty()) return true;
+  for (const auto &y : relay_)
+    if (!y.items.empty()) return true;
   return false;
 }
 
 bool QuicConnection::cancel(SendItem *item, SendListener *replacement) {
-  for (SendStream *st :
-       {&control_, &data_[0], &data_[1], &data_[2], &data_[3], &rpc_[0], &rpc_[1]}) {
+  for (SendStream *st : {&control_, &data_[0], &data_[1], &data_[2], &data_[3], &rpc_[0], &rpc_[1],
+                         &relay_[0], &relay_[1]}) {
     for (size_t i = 0; i < st->items.size(); ++i) {
       if (st->items[i].get() != item) continue;
       if (item->written == 0 && i >= st->next) {
@@ -485,6 +505,8 @@ void QuicConnection::on_acked(int64_t sid, uint64_t offset, uint64_t len) {
     if (d.id == sid) st = &d;
   for (auto &r : rpc_)
     if (r.id == sid) st = &r;
+  for (auto &y : relay_)
+    if (y.id == sid) st = &y;
   if (!st) return;
   const uint64_t acked = offset + len;
   while (!st->items.empty() && st->items.front()->end_offset <= acked &&
@@ -510,10 +532,12 @@ QuicConnection::SendStream *QuicConnection::pick_stream() {
   // with bulk data; neither starves the other).
   if (control_.id >= 0 && !control_.blocked && control_.next < control_.items.size())
     return &control_;
-  constexpr size_t kShared = kDataStreams + kRpcStreams;
+  constexpr size_t kShared = kDataStreams + kRpcStreams + kRelayStreams;
   for (size_t k = 0; k < kShared; ++k) {
     const size_t i = (rr_ + k) % kShared;
-    SendStream &d = i < kDataStreams ? data_[i] : rpc_[i - kDataStreams];
+    SendStream &d = i < kDataStreams                 ? data_[i]
+                    : i < kDataStreams + kRpcStreams ? rpc_[i - kDataStreams]
+                                                     : relay_[i - kDataStreams - kRpcStreams];
     if (d.id >= 0 && !d.blocked && d.next < d.items.size()) {
       rr_ = (rr_ + k + 1) % kShared;
       return &d;
@@ -769,6 +793,8 @@ void QuicConnection::close(uint64_t app_error, const Status &why) {
     finish_items(d, why);
   for (auto &r : rpc_)
     finish_items(r, why);
+  for (auto &y : relay_)
+    finish_items(y, why);
   for (auto &[id, rs] : recv_)
     if (rs.sink) std::exchange(rs.sink, nullptr)->finish(false);
   handler_->on_closed(this, why);

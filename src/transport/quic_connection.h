@@ -88,6 +88,9 @@ struct OutgoingMessage {
   const uint8_t *payload = nullptr;  // referenced until acknowledged, unless owned
   PooledBuf owned;                   // when set, payload points into it
   SendListener *listener = nullptr;  // may be null (fire and forget)
+  // Relay frames only: the prefix sent between the header and the payload
+  // (header.length counts it).
+  uint8_t prefix[wire::kRelayPrefixSize] = {};
 };
 
 class QuicConnection {
@@ -112,7 +115,8 @@ class QuicConnection {
 
   // Queues a message on the control stream or on the data stream for `key`
   // (messages with the same key stay in order). RPC requests and responses
-  // (by their frame kind) go on the RPC lanes' own streams instead. The returned handle lets the
+  // (by their frame kind) go on the RPC lanes' own streams instead, relay
+  // frames on the relay streams (by key). The returned handle lets the
   // caller cancel it: see cancel().
   struct SendItem;
   SendItem *send(OutgoingMessage msg, bool control, uint64_t key);
@@ -143,7 +147,7 @@ class QuicConnection {
   ngtcp2_conn *raw() const { return conn_; }
 
   struct SendItem {
-    uint8_t header[wire::kFrameHeaderSize];
+    uint8_t header[wire::kFrameHeaderSize + wire::kRelayPrefixSize];
     size_t header_len = wire::kFrameHeaderSize;
     const uint8_t *payload = nullptr;
     uint64_t payload_len = 0;
@@ -167,7 +171,7 @@ class QuicConnection {
   struct RecvStream {
     bool have_lane = false;
     uint8_t lane = 0;
-    uint8_t header[wire::kFrameHeaderSize];
+    uint8_t header[wire::kFrameHeaderSize + wire::kRelayPrefixSize];
     size_t header_fill = 0;
     bool in_payload = false;
     wire::FrameHeader frame;
@@ -226,6 +230,9 @@ class QuicConnection {
   SendStream data_[kDataStreams];
   static constexpr size_t kRpcStreams = 2;  // [0] RPC requests, [1] RPC responses
   SendStream rpc_[kRpcStreams];
+  // Relay frames, keyed by (origin, destination) so each flow keeps its order.
+  static constexpr size_t kRelayStreams = 2;
+  SendStream relay_[kRelayStreams];
   size_t rr_ = 0;  // round-robin position over streams
   std::unordered_map<int64_t, RecvStream> recv_;
   uint64_t queued_bytes_ = 0;

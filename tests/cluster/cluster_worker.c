@@ -153,6 +153,13 @@ int main(int argc, char **argv) {
   }
   uint32_t me = nexar_comm_rank(comm), n = nexar_comm_size(comm);
   printf("JOINED rank=%u size=%u\n", me, n);
+  {
+    nexar_stats_t st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    if (nexar_comm_get_stats(comm, &st) == NEXAR_OK)
+      printf("CONNECTIONS rank=%u connections=%llu\n", me, (unsigned long long)st.connections);
+  }
 
   if (exchange(comm, skip, 1, 1000) || exchange(comm, skip, 2, 300000)) {
     nexar_comm_destroy(comm);

@@ -137,6 +137,25 @@ TEST(ClusterProcesses, EightWorkers) {
 
 // A worker started before its seed connects once the seed is up (retries
 // with backoff), and a world of one forms.
+// A sparse mesh through the seed: each worker connects to its two ring
+// neighbours only; the all-pairs exchange, barrier and allreduce relay the rest.
+TEST(ClusterProcesses, SixWorkersOnARing) {
+  TempDir dir;
+  std::string addr;
+  auto seed = start_seed(
+      dir, "seed",
+      {"--listen", "127.0.0.1:0", "--world-size", "6", "--token-file", write_token(dir)}, &addr);
+  ASSERT_FALSE(addr.empty()) << seed->dump();
+  std::vector<std::unique_ptr<Proc>> workers;
+  for (uint32_t i = 0; i < 6; ++i)
+    workers.push_back(worker(
+        dir, "w" + std::to_string(i),
+        {{"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}, {"NEXAR_TOPOLOGY", "ring"}}));
+  expect_world(*seed, workers, 6);
+  for (auto &w : workers)
+    EXPECT_EQ(field(w->out(), "connections"), "2") << w->dump();
+}
+
 TEST(ClusterProcesses, WorkerRetriesUntilTheSeedIsUp) {
   TempDir dir;
   // Reserve a port number for the seed.

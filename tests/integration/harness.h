@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -86,6 +87,92 @@ inline std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
     v[i] = static_cast<uint8_t>(x >> 24);
   }
   return v;
+}
+
+// Every pair exchanges messages of several sizes at once, with content checks.
+inline void exchange_all_pairs(const World &w, const std::vector<size_t> &sizes) {
+  const uint32_t n = w.size();
+  on_each_rank(n, [&](uint32_t me) {
+    std::vector<std::vector<uint8_t>> out, in;
+    Completions done;
+    size_t posted = 0;
+    for (uint32_t peer = 0; peer < n; ++peer) {
+      if (peer == me) continue;
+      for (size_t si = 0; si < sizes.size(); ++si) {
+        out.push_back(pattern(sizes[si], me * 1000 + peer * 10 + static_cast<uint32_t>(si)));
+        in.emplace_back(sizes[si], 0);
+      }
+    }
+    size_t k = 0;
+    for (uint32_t peer = 0; peer < n; ++peer) {
+      if (peer == me) continue;
+      for (size_t si = 0; si < sizes.size(); ++si, ++k) {
+        ASSERT_EQ(nexar_recv(w[me], in[k].data(), sizes[si], peer, static_cast<uint32_t>(si),
+                             Completions::callback, &done),
+                  NEXAR_OK);
+        ASSERT_EQ(nexar_send(w[me], out[k].data(), sizes[si], peer, static_cast<uint32_t>(si),
+                             Completions::callback, &done),
+                  NEXAR_OK);
+        posted += 2;
+      }
+    }
+    ASSERT_TRUE(done.wait(posted, 300)) << "rank " << me << " completions " << done.count();
+    for (auto &r : done.records)
+      EXPECT_EQ(r.status, NEXAR_OK) << r.message;
+    k = 0;
+    for (uint32_t peer = 0; peer < n; ++peer) {
+      if (peer == me) continue;
+      for (size_t si = 0; si < sizes.size(); ++si, ++k)
+        EXPECT_TRUE(in[k] == pattern(sizes[si], peer * 1000 + me * 10 + static_cast<uint32_t>(si)))
+            << "rank " << me << " from " << peer << " size " << sizes[si];
+    }
+  });
+}
+
+// A receive of the wrong size fails with NEXAR_ERR_SIZE_MISMATCH and consumes
+// only that message, whether it was buffered or streams in afterwards.
+inline void check_size_mismatch(const World &w, uint32_t from, uint32_t to) {
+  std::vector<uint8_t> big = pattern(5000, 1), next = pattern(16, 2);
+  ASSERT_EQ(nexar_send(w[from], big.data(), big.size(), to, 1, nullptr, nullptr), NEXAR_OK);
+  ASSERT_EQ(nexar_send(w[from], next.data(), next.size(), to, 1, nullptr, nullptr), NEXAR_OK);
+  std::vector<uint8_t> small(100);
+  EXPECT_EQ(nexar_recv(w[to], small.data(), small.size(), from, 1, nullptr, nullptr),
+            NEXAR_ERR_SIZE_MISMATCH);
+  EXPECT_NE(std::string(nexar_last_error_message()).find("5000"), std::string::npos)
+      << nexar_last_error_message();
+  std::vector<uint8_t> got(16);
+  ASSERT_EQ(nexar_recv(w[to], got.data(), got.size(), from, 1, nullptr, nullptr), NEXAR_OK);
+  EXPECT_EQ(got, next) << "the message after the mismatch is intact";
+  // A large mismatch that streams in after the receive was posted.
+  std::vector<uint8_t> huge = pattern(20 << 20, 3), wrong(1 << 20);
+  Completions done;
+  ASSERT_EQ(nexar_recv(w[to], wrong.data(), wrong.size(), from, 2, Completions::callback, &done),
+            NEXAR_OK);
+  ASSERT_EQ(nexar_send(w[from], huge.data(), huge.size(), to, 2, nullptr, nullptr), NEXAR_OK);
+  ASSERT_TRUE(done.wait(1));
+  EXPECT_EQ(done.records[0].status, NEXAR_ERR_SIZE_MISMATCH);
+  ASSERT_EQ(nexar_send(w[from], next.data(), next.size(), to, 2, nullptr, nullptr), NEXAR_OK);
+  ASSERT_EQ(nexar_recv(w[to], got.data(), got.size(), from, 2, nullptr, nullptr), NEXAR_OK);
+  EXPECT_EQ(got, next);
+}
+
+// An RPC handler: replies with every request byte xor 0x5A.
+inline nexar_status_t xor_5a(void *, uint32_t, uint32_t, const void *req, size_t len,
+                             nexar_rpc_reply_t *reply) {
+  std::vector<uint8_t> out(static_cast<const uint8_t *>(req),
+                           static_cast<const uint8_t *>(req) + len);
+  for (auto &b : out)
+    b ^= 0x5A;
+  return nexar_rpc_reply_set(reply, out.data(), out.size());
+}
+
+// The engine counters of comm's rank.
+inline nexar_stats_t stats(nexar_comm_t *comm) {
+  nexar_stats_t st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  EXPECT_EQ(nexar_comm_get_stats(comm, &st), NEXAR_OK);
+  return st;
 }
 
 }  // namespace nexar_test

@@ -37,45 +37,10 @@ TEST(Bootstrap, RanksAndSizes) {
   }
 }
 
-// Every pair exchanges messages of several sizes at once, with content checks.
 static void all_pairs_exchange(uint32_t n, const std::vector<size_t> &sizes) {
   World w(n);
   ASSERT_TRUE(w.ok());
-  on_each_rank(n, [&](uint32_t me) {
-    std::vector<std::vector<uint8_t>> out, in;
-    Completions done;
-    size_t posted = 0;
-    for (uint32_t peer = 0; peer < n; ++peer) {
-      if (peer == me) continue;
-      for (size_t si = 0; si < sizes.size(); ++si) {
-        out.push_back(pattern(sizes[si], me * 1000 + peer * 10 + static_cast<uint32_t>(si)));
-        in.emplace_back(sizes[si], 0);
-      }
-    }
-    size_t k = 0;
-    for (uint32_t peer = 0; peer < n; ++peer) {
-      if (peer == me) continue;
-      for (size_t si = 0; si < sizes.size(); ++si, ++k) {
-        ASSERT_EQ(nexar_recv(w[me], in[k].data(), sizes[si], peer, static_cast<uint32_t>(si),
-                             Completions::callback, &done),
-                  NEXAR_OK);
-        ASSERT_EQ(nexar_send(w[me], out[k].data(), sizes[si], peer, static_cast<uint32_t>(si),
-                             Completions::callback, &done),
-                  NEXAR_OK);
-        posted += 2;
-      }
-    }
-    ASSERT_TRUE(done.wait(posted, 300)) << "rank " << me << " completions " << done.count();
-    for (auto &r : done.records)
-      EXPECT_EQ(r.status, NEXAR_OK) << r.message;
-    k = 0;
-    for (uint32_t peer = 0; peer < n; ++peer) {
-      if (peer == me) continue;
-      for (size_t si = 0; si < sizes.size(); ++si, ++k)
-        EXPECT_TRUE(in[k] == pattern(sizes[si], peer * 1000 + me * 10 + static_cast<uint32_t>(si)))
-            << "rank " << me << " from " << peer << " size " << sizes[si];
-    }
-  });
+  exchange_all_pairs(w, sizes);
 }
 
 TEST(P2P, AllPairsAllSizesTwoRanks) {
@@ -134,28 +99,7 @@ TEST(P2P, TagMatchingAndOrdering) {
 TEST(P2P, SizeMismatchConsumesOnlyThatMessage) {
   World w(2);
   ASSERT_TRUE(w.ok());
-  std::vector<uint8_t> big = pattern(5000, 1), next = pattern(16, 2);
-  ASSERT_EQ(nexar_send(w[0], big.data(), big.size(), 1, 1, nullptr, nullptr), NEXAR_OK);
-  ASSERT_EQ(nexar_send(w[0], next.data(), next.size(), 1, 1, nullptr, nullptr), NEXAR_OK);
-  std::vector<uint8_t> small(100);
-  EXPECT_EQ(nexar_recv(w[1], small.data(), small.size(), 0, 1, nullptr, nullptr),
-            NEXAR_ERR_SIZE_MISMATCH);
-  EXPECT_NE(std::string(nexar_last_error_message()).find("5000"), std::string::npos)
-      << nexar_last_error_message();
-  std::vector<uint8_t> got(16);
-  ASSERT_EQ(nexar_recv(w[1], got.data(), got.size(), 0, 1, nullptr, nullptr), NEXAR_OK);
-  EXPECT_EQ(got, next) << "the message after the mismatch is intact";
-  // A large mismatch that streams in after the receive was posted.
-  std::vector<uint8_t> huge = pattern(20 << 20, 3), wrong(1 << 20);
-  Completions done;
-  ASSERT_EQ(nexar_recv(w[1], wrong.data(), wrong.size(), 0, 2, Completions::callback, &done),
-            NEXAR_OK);
-  ASSERT_EQ(nexar_send(w[0], huge.data(), huge.size(), 1, 2, nullptr, nullptr), NEXAR_OK);
-  ASSERT_TRUE(done.wait(1));
-  EXPECT_EQ(done.records[0].status, NEXAR_ERR_SIZE_MISMATCH);
-  ASSERT_EQ(nexar_send(w[0], next.data(), next.size(), 1, 2, nullptr, nullptr), NEXAR_OK);
-  ASSERT_EQ(nexar_recv(w[1], got.data(), got.size(), 0, 2, nullptr, nullptr), NEXAR_OK);
-  EXPECT_EQ(got, next);
+  check_size_mismatch(w, 0, 1);
 }
 
 TEST(P2P, InvalidArgumentsRejectedWithoutCallback) {

@@ -92,15 +92,6 @@ nexar_status_t identify(void *user, uint32_t src, uint32_t fn, const void *req, 
   return NEXAR_OK;
 }
 
-// Every byte xor 0x5A.
-nexar_status_t xor_5a(void *, uint32_t, uint32_t, const void *req, size_t len,
-                      nexar_rpc_reply_t *reply) {
-  Bytes out(static_cast<const uint8_t *>(req), static_cast<const uint8_t *>(req) + len);
-  for (auto &b : out)
-    b ^= 0x5A;
-  return nexar_rpc_reply_set(reply, out.data(), out.size());
-}
-
 nexar_status_t failing(void *, uint32_t, uint32_t, const void *, size_t, nexar_rpc_reply_t *reply) {
   nexar_rpc_reply_set_error(reply, "bad input: the model is not loaded");
   return -100;
@@ -131,14 +122,6 @@ struct Gate {
     return nexar_rpc_reply_set(reply, req, len);
   }
 };
-
-nexar_stats_t stats(nexar_comm_t *comm) {
-  nexar_stats_t st;
-  memset(&st, 0, sizeof st);
-  st.struct_size = sizeof st;
-  EXPECT_EQ(nexar_comm_get_stats(comm, &st), NEXAR_OK);
-  return st;
-}
 
 // Polls until pred holds (bounded); returns whether it did.
 bool eventually(const std::function<bool()> &pred) {
