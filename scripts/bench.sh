@@ -12,7 +12,7 @@ bench/peers/install.sh
 tools/bench/install-plot-deps.sh
 scripts/build.sh build >/dev/null
 ops=${OPS:-all} ranks=${RANKS:-2,4} sizes=${SIZES:-8,4K,256K,4M,64M}
-compare=${COMPARE:-openmpi,gloo}
+compare=${COMPARE:-nexar-spin,openmpi,gloo}
 mkdir -p docs/bench
 args=("$ops" --ranks "$ranks" --sizes "$sizes" --compare "$compare"
       --json docs/bench/latest.json --plot docs/bench/latest.png "$@")
