@@ -95,14 +95,19 @@ void Engine::close_connections() {
   // Linger a little even then: QUIC delays its acknowledgements (by up to
   // max_ack_delay, 1 ms), and a peer whose last send we received but have
   // not acknowledged yet would see that send fail when our close arrives.
+  // Without connections (a world of one, or already shut down) there is
+  // nothing to wait for.
   const uint64_t start = now_ns();
   const uint64_t linger = start + kAckLingerMs * kNsPerMs;
   const uint64_t deadline = start + std::min<uint64_t>(2000, cfg_.heartbeat_timeout_ms) * kNsPerMs;
   for (;;) {
-    bool pending = false;
-    loop_.run_sync([&] { pending = !shut_down_ && endpoint_->has_unacked(); });
+    bool connected = false, pending = false;
+    loop_.run_sync([&] {
+      connected = !shut_down_ && endpoint_->connections() > 0;
+      pending = connected && endpoint_->has_unacked();
+    });
     const uint64_t now = now_ns();
-    if ((!pending && now >= linger) || now >= deadline) break;
+    if (!connected || (!pending && now >= linger) || now >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   loop_.run_sync([this] {
