@@ -65,17 +65,15 @@ Engine::~Engine() {
 }
 
 Status Engine::start(const SocketAddress &bind_addr) {
-  Status s = endpoint_->open(bind_addr);
-  if (!s) return s;
-  address_ = endpoint_->local();
-  completions_ = std::make_unique<CompletionThread>();
-  loop_.start();
-  return {};
+  return start_threads(endpoint_->open(bind_addr));
 }
 
 Status Engine::start_on(int bound_fd) {
-  Status s = endpoint_->adopt(bound_fd);
-  if (!s) return s;
+  return start_threads(endpoint_->adopt(bound_fd));
+}
+
+Status Engine::start_threads(const Status &socket) {
+  if (!socket) return socket;
   address_ = endpoint_->local();
   completions_ = std::make_unique<CompletionThread>();
   loop_.start();

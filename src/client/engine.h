@@ -108,6 +108,8 @@ class Engine : public ConnectionHandler {
     bool ready = false;
   };
   using CommNotice = std::variant<wire::Abort, wire::CollectiveMismatch>;
+  // The rest of start/start_on once the socket is ready (socket: how that went).
+  Status start_threads(const Status &socket);
   void handle_comm_notice(uint32_t from, const CommNotice &notice);
   void peer_ready(uint32_t rank, QuicConnection *c);
   void handle_hello(QuicConnection *c, const wire::Hello &h);
