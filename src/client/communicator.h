@@ -39,6 +39,12 @@ class Communicator {
   uint32_t size() const { return static_cast<uint32_t>(world_of_.size()); }
   uint64_t comm_id() const { return comm_id_; }
   uint32_t world_rank_of(uint32_t r) const { return world_of_[r]; }
+  // The rank in this communicator of a world rank, or -1 if it is not a member.
+  int32_t rank_of_world(uint32_t world_rank) const {
+    for (uint32_t r = 0; r < size(); ++r)
+      if (world_of_[r] == world_rank) return static_cast<int32_t>(r);
+    return -1;
+  }
   Engine &engine() { return *engine_; }
   const Config &config() const { return engine_->config(); }
   PolledQueue *polled() { return polled_.get(); }

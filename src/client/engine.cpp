@@ -44,14 +44,10 @@ Engine::Engine(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
   mailbox_->on_late_mismatch = [this](uint64_t comm_id, uint64_t seq, uint32_t peer) {
     auto it = comms_.find(comm_id);
     if (it == comms_.end()) return;
-    for (Communicator *comm : std::vector<Communicator *>(it->second)) {
-      int32_t rank = -1;
-      for (uint32_t r = 0; r < comm->size(); ++r)
-        if (comm->world_rank_of(r) == peer) rank = static_cast<int32_t>(r);
+    for (Communicator *comm : std::vector<Communicator *>(it->second))
       comm->announce_mismatch(seq, format("rank %u found that rank %d issued a different "
                                           "collective",
-                                          comm->rank(), rank));
-    }
+                                          comm->rank(), comm->rank_of_world(peer)));
   };
 }
 
@@ -382,9 +378,7 @@ void Engine::handle_comm_notice(uint32_t from, const CommNotice &notice) {
   }
   for (Communicator *comm : std::vector<Communicator *>(it->second)) {
     // The sender's rank in this communicator, for the error report.
-    int32_t rank = -1;
-    for (uint32_t r = 0; r < comm->size(); ++r)
-      if (comm->world_rank_of(r) == from) rank = static_cast<int32_t>(r);
+    const int32_t rank = comm->rank_of_world(from);
     if (const auto *a = std::get_if<wire::Abort>(&notice)) {
       comm->on_remote_failure(
           error(NEXAR_ERR_ABORTED,

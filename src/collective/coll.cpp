@@ -120,9 +120,7 @@ Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, Co
   Mailbox &box = comm->engine().mailbox();
   const uint64_t seq = coll.seq();
   box.begin_collective(comm->comm_id(), seq, coll.check(), [comm, op, &coll](uint32_t world_peer) {
-    int32_t rank = -1;
-    for (uint32_t r = 0; r < comm->size(); ++r)
-      if (comm->world_rank_of(r) == world_peer) rank = static_cast<int32_t>(r);
+    const int32_t rank = comm->rank_of_world(world_peer);
     op->fail(error(NEXAR_ERR_MISMATCH,
                    format("%s: rank %d issued a different collective (operation, dtype, count or "
                           "root differ)",

@@ -16,12 +16,6 @@ namespace {
 // front from a declared length, the rest only as bytes actually arrive.
 constexpr uint64_t kReserveCap = 64ull << 20;
 
-int32_t comm_rank_of(const Communicator *comm, uint32_t world_rank) {
-  for (uint32_t r = 0; r < comm->size(); ++r)
-    if (comm->world_rank_of(r) == world_rank) return static_cast<int32_t>(r);
-  return -1;
-}
-
 // Statuses a response may carry; anything else is a peer's protocol error.
 bool known_status(int32_t code) {
   return code < 0 && code >= NEXAR_ERR_RPC_FAILED;
@@ -407,7 +401,7 @@ void RpcHub::dispatch(uint32_t from, const wire::FrameHeader &h, std::vector<uin
   const uint32_t fn_id = h.check;
   const uint32_t me = engine_.identity().rank;
   Communicator *comm = engine_.comm_by_id(h.comm_id);
-  const int32_t src = comm ? comm_rank_of(comm, from) : -1;
+  const int32_t src = comm ? comm->rank_of_world(from) : -1;
   if (l.queued > kServeMaxQueued) {
     LOG_WARN("rpc: rank %u has %u requests queued from rank %u; refusing request %llu (fn %u)", me,
              l.queued - 1, from, ull(h.tag), fn_id);
