@@ -247,6 +247,10 @@ void Engine::on_relayed_control(uint32_t origin, std::span<const uint8_t> messag
 void Engine::fail_unreachable(uint32_t world_rank, const Status &s) {
   if (shut_down_ || mailbox_->peer_failure(world_rank)) return;
   LOG_INFO("%s", s.message.c_str());
+  fail_peer(world_rank, s);
+}
+
+void Engine::fail_peer(uint32_t world_rank, const Status &s) {
   mailbox_->fail_peer(world_rank, s);
   rpc_->fail_peer(world_rank, s);
   for (auto &[id, list] : comms_)
@@ -421,11 +425,7 @@ void Engine::on_closed(QuicConnection *c, const Status &why) {
         LOG_INFO("rank %u left: %s", r, s.message.c_str());
       else if (was_ready)
         LOG_WARN("lost rank %u: %s", r, s.message.c_str());
-      mailbox_->fail_peer(r, s);
-      rpc_->fail_peer(r, s);
-      for (auto &[id, list] : comms_)
-        for (Communicator *comm : std::vector<Communicator *>(list))
-          comm->on_remote_failure(s);
+      fail_peer(r, s);
       // Relayed waits through it, and ranks only reachable through it.
       relay_->on_neighbour_lost(r, c, s);
       if (!was_ready) {

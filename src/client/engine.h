@@ -112,6 +112,8 @@ class Engine : public ConnectionHandler {
   Status start_threads(const Status &socket);
   void handle_comm_notice(uint32_t from, const CommNotice &notice);
   void peer_ready(uint32_t rank, QuicConnection *c);
+  // world_rank is gone: its receives, RPC calls and communicators fail with s.
+  void fail_peer(uint32_t world_rank, const Status &s);
   void handle_hello(QuicConnection *c, const wire::Hello &h);
   void note_mesh_progress();
 
