@@ -201,12 +201,12 @@ MessageSink *Mailbox::on_message(const MsgKey &key, uint64_t length, uint32_t ch
   if (key.kind == static_cast<uint8_t>(wire::FrameKind::Collective)) {
     const CollKey ck{key.comm_id, key.tag >> 24};
     auto run = running_.find(ck);
-    if (run != running_.end() && run->second.check != check) {
-      auto notify = run->second.on_mismatch;  // may end the collective
-      notify(key.peer);
-    }
-    auto ended = ended_.find(ck);
-    if (run == running_.end() && ended != ended_.end()) {
+    if (run != running_.end()) {
+      if (run->second.check != check) {
+        auto notify = run->second.on_mismatch;  // may end the collective
+        notify(key.peer);
+      }
+    } else if (auto ended = ended_.find(ck); ended != ended_.end()) {
       // A frame of a collective that is over here: nobody will receive it.
       if (ended->second != check && on_late_mismatch)
         on_late_mismatch(key.comm_id, ck.seq, key.peer);
@@ -249,14 +249,16 @@ void Mailbox::deliver_local(const MsgKey &key, const void *data, uint64_t length
 
 void Mailbox::begin_collective(uint64_t comm_id, uint64_t seq, uint32_t check,
                                std::function<void(uint32_t)> on_mismatch) {
-  running_[CollKey{comm_id, seq}] = RunningCollective{check, on_mismatch};
+  RunningCollective &run = running_[CollKey{comm_id, seq}];
+  run = RunningCollective{check, std::move(on_mismatch)};
   for (auto &[k, q] : queues_) {
     if (k.kind != static_cast<uint8_t>(wire::FrameKind::Collective) || k.comm_id != comm_id ||
         (k.tag >> 24) != seq)
       continue;
     for (Incoming *m : q.unexpected) {
       if (m->check_ != check) {
-        on_mismatch(k.peer);
+        auto notify = run.on_mismatch;  // may end the collective
+        notify(k.peer);
         return;
       }
     }
