@@ -63,14 +63,9 @@ class RelaySink : public MessageSink {
         chunk_.resize(old + len);
         memcpy(chunk_.data() + old, data, len);
         Relay::Hold &hold = relay_->holds_[from_];
-        hold.conn = conn_;
         hold.bytes += len;
         if (hold.bytes <= kRelayBudgetBytes) return credit + len;
-        // The sender waits for the next hop.
-        if (!hold.withheld.empty() && hold.withheld.back().first == sid_)
-          hold.withheld.back().second += len;
-        else
-          hold.withheld.emplace_back(sid_, len);
+        hold.credit.add(conn_, sid_, len);  // the sender waits for the next hop
         return credit;
       }
       case Mode::Deliver: {
@@ -396,15 +391,8 @@ void Relay::release(uint32_t from, uint64_t bytes) {
   Hold &h = it->second;
   h.bytes -= std::min(h.bytes, bytes);
   if (h.bytes > kRelayBudgetBytes) return;
-  auto withheld = std::move(h.withheld);
-  QuicConnection *c = h.conn;
-  if (h.bytes == 0)
-    holds_.erase(it);
-  else
-    h.withheld.clear();
-  if (c && !c->closed())
-    for (auto &[sid, n] : withheld)
-      c->release_credit(sid, static_cast<size_t>(n));
+  h.credit.release();
+  if (h.bytes == 0) holds_.erase(it);
 }
 
 void Relay::finish_notice(uint32_t from, const wire::RelayPrefix &p, const wire::FrameHeader &,

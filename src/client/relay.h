@@ -37,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/withheld_credit.h"
 #include "core/buffer_pool.h"
 #include "core/status.h"
 #include "transport/frame.h"
@@ -122,8 +123,7 @@ class Relay {
   // Relayed bytes held for one neighbour (intermediate side).
   struct Hold {
     uint64_t bytes = 0;
-    std::vector<std::pair<int64_t, uint64_t>> withheld;  // (stream, bytes)
-    QuicConnection *conn = nullptr;
+    WithheldCredit credit;
   };
   class Forwarded;
   // A frame for a neighbour whose connection is still forming (a rank that

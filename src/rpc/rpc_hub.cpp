@@ -204,10 +204,8 @@ class RequestSink : public MessageSink {
   size_t write(const uint8_t *data, size_t len) override {
     data_.insert(data_.end(), data, data + len);
     RpcHub::PeerLoad &l = hub_->load_[from_];
-    l.conn = conn_;
-    l.stream_id = stream_id_;
     if (!l.over()) return len;
-    l.withheld += len;
+    l.credit.add(conn_, stream_id_, len);
     return 0;
   }
   void finish(bool ok) override {
@@ -448,12 +446,8 @@ void RpcHub::answer(uint32_t from, const wire::FrameHeader &h, Status s, PooledB
     PeerLoad &l = lit->second;
     --l.queued;
     l.queued_bytes -= request_bytes;
-    if (!l.over() && l.withheld > 0) {
-      if (l.conn && !l.conn->closed())
-        l.conn->release_credit(l.stream_id, static_cast<size_t>(l.withheld));
-      l.withheld = 0;
-    }
-    if (l.queued == 0 && l.withheld == 0) load_.erase(lit);
+    if (!l.over()) l.credit.release();
+    if (l.queued == 0 && l.credit.empty()) load_.erase(lit);
   }
 
   if (from == engine_.identity().rank) {  // a call to ourselves
@@ -500,11 +494,8 @@ void RpcHub::fail_peer(uint32_t world_rank, const Status &s) {
 }
 
 void RpcHub::forget_connection(const QuicConnection *c) {
-  for (auto &[rank, l] : load_) {
-    if (l.conn != c) continue;
-    l.conn = nullptr;
-    l.withheld = 0;
-  }
+  for (auto &[rank, l] : load_)
+    l.credit.forget(c);
 }
 
 }  // namespace nexar::rpc

@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/withheld_credit.h"
 #include "core/status.h"
 #include "engine/task.h"
 #include "engine/wait.h"
@@ -34,8 +35,6 @@ namespace nexar {
 
 class Engine;
 class Communicator;
-class QuicConnection;
-class MessageSink;
 
 namespace rpc {
 
@@ -89,9 +88,7 @@ class RpcHub {
   struct PeerLoad {
     uint64_t queued_bytes = 0;  // complete requests waiting for or in their handler
     uint32_t queued = 0;
-    uint64_t withheld = 0;  // credit not yet returned
-    QuicConnection *conn = nullptr;
-    int64_t stream_id = -1;
+    WithheldCredit credit;  // while over()
     bool over() const { return queued_bytes > kServeBudgetBytes; }
   };
   struct Window {
