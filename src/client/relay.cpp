@@ -250,13 +250,8 @@ void Relay::send(QuicConnection *c, uint32_t dest, const wire::FrameHeader &inne
                  const uint8_t *payload, SendListener *listener, uint64_t want_ack_id,
                  std::vector<QuicConnection::SendItem *> *items) {
   const uint32_t me = engine_.identity().rank;
-  wire::RelayPrefix p;
-  p.origin = me;
-  p.dest = dest;
-  p.ttl = static_cast<uint8_t>(std::min<uint32_t>(255, engine_.identity().world_size));
-  p.inner_kind = static_cast<uint8_t>(inner.kind);
-  p.send_id = want_ack_id;
-  p.total = inner.length;
+  wire::RelayPrefix p =
+      prefix_to(dest, static_cast<uint8_t>(inner.kind), want_ack_id, inner.length);
   uint64_t off = 0;
   do {
     const uint64_t n = std::min(wire::kRelayChunkBytes, inner.length - off);
@@ -303,22 +298,27 @@ void Relay::send_control(uint32_t dest, const std::vector<uint8_t> &encoded) {
   send(c, dest, h, encoded.data(), nullptr, 0, nullptr);
 }
 
-void Relay::send_notice(uint32_t dest, uint8_t kind, uint64_t send_id, uint64_t total) {
-  const uint32_t me = engine_.identity().rank;
+wire::RelayPrefix Relay::prefix_to(uint32_t dest, uint8_t kind, uint64_t send_id,
+                                   uint64_t total) const {
   wire::RelayPrefix p;
-  p.origin = me;
+  p.origin = engine_.identity().rank;
   p.dest = dest;
   p.ttl = static_cast<uint8_t>(std::min<uint32_t>(255, engine_.identity().world_size));
   p.inner_kind = kind;
-  p.flags = wire::kRelayFirst | wire::kRelayLast;
   p.send_id = send_id;
   p.total = total;
+  return p;
+}
+
+void Relay::send_notice(uint32_t dest, uint8_t kind, uint64_t send_id, uint64_t total) {
+  wire::RelayPrefix p = prefix_to(dest, kind, send_id, total);
+  p.flags = wire::kRelayFirst | wire::kRelayLast;
   OutgoingMessage m;
   m.header.kind = wire::FrameKind::Relay;
   m.header.length = wire::kRelayPrefixSize;
   wire::encode_relay_prefix(p, m.prefix);
   Status why;
-  if (!emit(dest, std::move(m), flow_key(me, dest), p, &why))
+  if (!emit(dest, std::move(m), flow_key(p.origin, dest), p, &why))
     LOG_DEBUG("relay: notice %u for rank %u not sent: %s", kind, dest, why.message.c_str());
 }
 

@@ -140,6 +140,8 @@ class Relay {
   bool emit(uint32_t dest, OutgoingMessage m, uint64_t key, const wire::RelayPrefix &p,
             Status *why);
 
+  // A prefix from this rank to dest (flags left to the caller).
+  wire::RelayPrefix prefix_to(uint32_t dest, uint8_t kind, uint64_t send_id, uint64_t total) const;
   void send_notice(uint32_t dest, uint8_t kind, uint64_t send_id, uint64_t total);
   void forward(uint32_t from, const wire::FrameHeader &h, const wire::RelayPrefix &p,
                PooledBuf chunk);
