@@ -12,7 +12,6 @@
 #include "core/log.h"
 
 namespace nexar {
-namespace {
 
 bool is_wildcard(const SocketAddress &a) {
   if (a.family() == AF_INET)
@@ -28,6 +27,8 @@ void set_port(SocketAddress *a, uint16_t port) {
   else if (a->family() == AF_INET6)
     reinterpret_cast<sockaddr_in6 *>(&a->storage)->sin6_port = htons(port);
 }
+
+namespace {
 
 std::string host_of(const SocketAddress &a) {
   std::string s = a.to_string();

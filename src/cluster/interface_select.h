@@ -38,6 +38,10 @@ Status bind_udp(const SocketAddress &addr, int *fd, SocketAddress *bound);
 Status advertised_address(const Config &cfg, const SocketAddress &bound, const SocketAddress &seed,
                           SocketAddress *out);
 
+// 0.0.0.0 or [::].
+bool is_wildcard(const SocketAddress &a);
+void set_port(SocketAddress *a, uint16_t port);
+
 // NCCL-style interface name filter (exposed for tests).
 bool interface_matches(const std::string &spec, const std::string &name);
 

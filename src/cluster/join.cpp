@@ -1,6 +1,5 @@
 #include "cluster/join.h"
 
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -483,10 +482,7 @@ Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out) {
   req.host_name = host_name();
   req.pid = static_cast<uint32_t>(getpid());
   SocketAddress local = bound;
-  if (local.family() == AF_INET)
-    reinterpret_cast<sockaddr_in *>(&local.storage)->sin_port = 0;
-  else
-    reinterpret_cast<sockaddr_in6 *>(&local.storage)->sin6_port = 0;
+  set_port(&local, 0);
   wire::Welcome welcome;
   if (!(s = client.join(seed, local, std::move(req), &welcome))) return s;
   JoinTicket t;

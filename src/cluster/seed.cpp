@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "cluster/interface_select.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -52,13 +53,6 @@ bool parse_numeric(const std::string &text, SocketAddress *out) {
   }
   *out = a;
   return true;
-}
-
-bool is_wildcard(const SocketAddress &a) {
-  if (a.family() == AF_INET)
-    return reinterpret_cast<const sockaddr_in *>(&a.storage)->sin_addr.s_addr == INADDR_ANY;
-  return a.family() == AF_INET6 &&
-         IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6 *>(&a.storage)->sin6_addr);
 }
 
 // A closed join connection, said plainly (its messages name no rank).
