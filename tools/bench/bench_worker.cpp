@@ -116,13 +116,7 @@ class NexarBackend {
     } else if (op_ == "barrier") {
       barrier();
     } else if (op_ == "pingpong") {
-      if (rank_ == 0) {
-        send(in_, l_.count, 1);
-        recv(out_, l_.count, 1);
-      } else if (rank_ == 1) {
-        recv(out_, l_.count, 0);
-        send(out_, l_.count, 0);
-      }
+      peers::roundTrip(*this, in_, out_, l_.count);
     } else if (op_ == "stream") {
       stream_window();
     } else {
