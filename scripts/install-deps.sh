@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs what building and testing nexar needs (Debian 12). Safe to re-run:
-# it only calls apt-get when something is missing.
+# Installs what building and testing nexar needs (Debian 12), and the Debian
+# packages named as arguments. Safe to re-run: it only calls apt-get when
+# something is missing.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config clang-format
       libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libev-dev libmimalloc-dev
-      libgtest-dev iproute2 binutils)
+      libgtest-dev iproute2 binutils "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

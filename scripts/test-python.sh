@@ -5,17 +5,7 @@
 # Runs for python3 on PATH and, when it is another interpreter, /usr/bin/python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-missing=()
-for p in python3 python3-venv python3-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+scripts/install-deps.sh python3 python3-venv python3-dev
 
 run_with() {
   local py="$1" name="$2"

@@ -13,7 +13,7 @@
 // ReduceScatterHalvingDoubling (in place; Gloo has no new-API
 // reduce-scatter), pingpong and stream unbound-buffer send/recv.
 // --lib gloo-hd: allreduce with the legacy AllreduceHalvingDoubling (in
-// place); other ops emit no rows (a note on stderr, exit status 0).
+// place); any other op is a usage error (exit status 2).
 // The timing barrier is gloo::barrier in both cases.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -247,10 +247,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (args.lib == "gloo-hd" && args.op != "allreduce") {
-    if (args.rank == 0)
-      std::fprintf(stderr, "gloo_bench: gloo-hd measures allreduce only; no rows for %s\n",
-                   args.op.c_str());
-    return 0;
+    std::fprintf(stderr, "gloo_bench: gloo-hd measures allreduce only, not %s\n", args.op.c_str());
+    return 2;
   }
   const std::string who = "gloo_bench: rank " + std::to_string(args.rank);
   try {

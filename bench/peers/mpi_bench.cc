@@ -93,13 +93,7 @@ class MpiBackend {
     } else if (op_ == "barrier") {
       barrier();
     } else if (op_ == "pingpong") {
-      if (rank_ == 0) {
-        send(in_, l_.count, 1);
-        recv(out_, l_.count, 1);
-      } else if (rank_ == 1) {
-        recv(out_, l_.count, 0);
-        send(out_, l_.count, 0);
-      }
+      peers::roundTrip(*this, in_, out_, l_.count);
     } else if (op_ == "stream") {
       runStreamWindow();
     } else {

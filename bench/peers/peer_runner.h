@@ -8,7 +8,8 @@
 //   void gatherDoubles(const std::vector<double> &mine, std::vector<double> *all);  // to rank 0
 //   void prepare(const std::string &op, const benchm::Layout &l, float *in, float *out);
 //   void run();                 // one op on the prepared buffers (for pingpong
-//                               // one round trip, for stream one window + ack)
+//                               // one round trip, e.g. roundTrip() below; for
+//                               // stream one window + ack)
 //   const float *result();      // where run() left this rank's output
 //   void send(const float *p, std::size_t count, int peer);  // blocking
 //   void recv(float *p, std::size_t count, int peer);        // blocking
@@ -41,6 +42,20 @@ inline void setPhase(int rank, const std::string &p) {
   benchm::watchdogNote("rank " + std::to_string(rank) + " " + p);
 }
 
+// One pingpong iteration over the backend's blocking send and recv: rank 0
+// sends `in` to rank 1 and receives the echo into `out`; rank 1 receives into
+// `out` and sends it back. Other ranks take no part.
+template <class Backend>
+void roundTrip(Backend &b, const float *in, float *out, std::size_t count) {
+  if (b.rank() == 0) {
+    b.send(in, count, 1);
+    b.recv(out, count, 1);
+  } else if (b.rank() == 1) {
+    b.recv(out, count, 0);
+    b.send(out, count, 0);
+  }
+}
+
 template <class Backend>
 std::string checkOnce(Backend &b, const std::string &op, const benchm::Layout &l,
                       std::vector<float> &in, std::vector<float> &out) {
@@ -56,19 +71,12 @@ std::string checkOnce(Backend &b, const std::string &op, const benchm::Layout &l
     b.maxDoubles(&v);
     c = benchm::barrierCheck(v[0], -v[1]);
   } else if (op == "pingpong") {
-    if (rank == 0) {
-      for (std::size_t i = 0; i < l.count; ++i)
-        in[i] = benchm::pingValue(i);
-      std::fill(out.begin(), out.end(), benchm::kSentinel);
-      b.send(in.data(), l.count, 1);
-      b.recv(out.data(), l.count, 1);
-      benchm::checkMessage(&c, -1, out.data(), l.count, "echo");
-    } else if (rank == 1) {
-      std::fill(out.begin(), out.end(), benchm::kSentinel);
-      b.recv(out.data(), l.count, 0);
-      benchm::checkMessage(&c, -1, out.data(), l.count, "ping");
-      b.send(out.data(), l.count, 0);
-    }
+    for (std::size_t i = 0; i < l.count; ++i)
+      in[i] = benchm::pingValue(i);
+    std::fill(out.begin(), out.end(), benchm::kSentinel);
+    roundTrip(b, in.data(), out.data(), l.count);
+    // Rank 1 checks what it received (and echoed), rank 0 the echo.
+    if (rank < 2) benchm::checkMessage(&c, -1, out.data(), l.count, rank == 0 ? "echo" : "ping");
   } else if (op == "stream") {
     for (int k = 0; k < benchm::kStreamWindow; ++k) {
       if (rank == 0) {

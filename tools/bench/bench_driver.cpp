@@ -1,21 +1,15 @@
 #include "bench_driver.h"
 
-#include <limits.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <optional>
-#include <sstream>
 
 #include "bench_proc.h"
 #include "bench_rows.h"
@@ -387,10 +381,6 @@ class Driver {
     } else {
       exit_problem = pg.wait_all(Clock::now() + std::chrono::seconds(30));
     }
-    if (failure.empty() && got.empty() && exit_problem.empty()) {
-      progress_.note(s.lib + " has no " + s.op + "; skipped");
-      return;
-    }
     if (failure.empty() && got.size() < expected)
       failure = "exited before its last row: " +
                 (exit_problem.empty() ? std::string("exit status 0") : exit_problem);
@@ -488,20 +478,12 @@ class Driver {
     fflush(stdout);
   }
 
-  bool write_json(const std::string &path) {
-    std::ofstream f(path);
-    f << rows_to_json(results_);
-    f.close();
-    if (!f) {
-      progress_.note("cannot write " + path);
-      return false;
-    }
-    return true;
-  }
+  bool write_json(const std::string &path) { return write_file(path, rows_to_json(results_)); }
+  bool write_csv(const std::string &path) { return write_file(path, rows_to_csv(results_)); }
 
-  bool write_csv(const std::string &path) {
+  bool write_file(const std::string &path, const std::string &text) {
     std::ofstream f(path);
-    f << rows_to_csv(results_);
+    f << text;
     f.close();
     if (!f) {
       progress_.note("cannot write " + path);

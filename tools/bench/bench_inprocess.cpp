@@ -13,22 +13,24 @@
 //     In-process ranks (one engine each), nccl-tests conventions: each timed
 //     iteration is barrier -> one operation, its time the maximum over ranks;
 //     median/min/max of those, algbw = bytes / time, busbw with the
-//     nccl-tests factors (allreduce 2(n-1)/n, allgather and reduce_scatter
-//     (n-1)/n, broadcast 1). Every size is checked once before timing.
+//     nccl-tests factors. Sizes, buffer layout, patterns, the check (every
+//     element, once before timing) and the statistics are the worker's
+//     (bench/common/bench_measure.h).
 #include <nexar.h>
 
 #include "bench_inprocess.h"
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <mutex>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "bench_latch.h"
+#include "bench_measure.h"
 
 namespace {
 
@@ -38,10 +40,8 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n == 0 ? 0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+double median(const std::vector<double> &v) {
+  return benchm::statsOf(v).median;
 }
 
 void check(nexar_status_t s, const char *what) {
@@ -52,43 +52,19 @@ void check(nexar_status_t s, const char *what) {
   }
 }
 
-struct Latch {
-  std::mutex mu;
-  std::condition_variable cv;
-  int left;
-  nexar_status_t first = NEXAR_OK;
-  std::string message;
-  explicit Latch(int n) : left(n) {}
-  static void done(void *ud, const nexar_completion_t *c) {
-    auto *l = static_cast<Latch *>(ud);
-    std::lock_guard<std::mutex> g(l->mu);
-    if (c->status != NEXAR_OK && l->first == NEXAR_OK) {
-      l->first = c->status;
-      l->message = c->message;
-    }
-    if (--l->left == 0) l->cv.notify_all();
-  }
-  void wait() {
-    std::unique_lock<std::mutex> g(mu);
-    cv.wait(g, [&] { return left == 0; });
-    if (first != NEXAR_OK) {
-      fprintf(stderr, "nexar-bench: operation failed: %s\n", message.c_str());
-      exit(1);
-    }
-  }
-};
-
 // Moves `count` messages of `bytes` each from rank 0 to rank 1 concurrently;
 // returns seconds from first submit to last completion.
 double transfer(nexar_comm_t **c, size_t bytes, int count, std::vector<std::vector<char>> &src,
                 std::vector<std::vector<char>> &dst) {
-  Latch latch(2 * count);
+  nexar_bench::Latch latch(2 * count);
   auto t0 = Clock::now();
   for (int i = 0; i < count; ++i)
-    check(nexar_recv(c[1], dst[i].data(), bytes, 0, 100 + i, Latch::done, &latch), "recv");
+    check(nexar_recv(c[1], dst[i].data(), bytes, 0, 100 + i, nexar_bench::Latch::done, &latch),
+          "recv");
   for (int i = 0; i < count; ++i)
-    check(nexar_send(c[0], src[i].data(), bytes, 1, 100 + i, Latch::done, &latch), "send");
-  latch.wait();
+    check(nexar_send(c[0], src[i].data(), bytes, 1, 100 + i, nexar_bench::Latch::done, &latch),
+          "send");
+  latch.wait(300, "transfer");
   return seconds_since(t0);
 }
 
@@ -149,111 +125,57 @@ int p2p(int runs) {
 
 // ---- collectives ----------------------------------------------------------
 
-struct CollResult {
-  double median_us, min_us, max_us;
-  bool ok;
-};
-
-double bus_factor(const std::string &op, uint32_t n) {
-  if (op == "allreduce") return 2.0 * (n - 1) / n;
-  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall") return double(n - 1) / n;
-  return 1.0;
-}
-
-// One operation of `bytes` (the nccl-tests "size": the buffer each rank
-// reduces, receives, or gathers in total) on rank r.
-nexar_status_t run_op(const std::string &op, nexar_comm_t *c, std::vector<float> &in,
-                      std::vector<float> &out, size_t count, uint32_t n) {
+// One operation on rank r's buffers, laid out as benchm::layoutFor says.
+nexar_status_t run_op(const std::string &op, nexar_comm_t *c, float *in, float *out,
+                      const benchm::Layout &l) {
   if (op == "allreduce")
-    return nexar_allreduce(c, in.data(), out.data(), count, NEXAR_DTYPE_F32, NEXAR_OP_SUM, nullptr,
-                           nullptr);
+    return nexar_allreduce(c, in, out, l.count, NEXAR_DTYPE_F32, NEXAR_OP_SUM, nullptr, nullptr);
   if (op == "broadcast")
-    return nexar_broadcast(c, out.data(), count, NEXAR_DTYPE_F32, 0, nullptr, nullptr);
+    return nexar_broadcast(c, out, l.count, NEXAR_DTYPE_F32, 0, nullptr, nullptr);
   if (op == "allgather")
-    return nexar_allgather(c, in.data(), out.data(), count / n, NEXAR_DTYPE_F32, nullptr, nullptr);
+    return nexar_allgather(c, in, out, l.block, NEXAR_DTYPE_F32, nullptr, nullptr);
   if (op == "reduce_scatter")
-    return nexar_reduce_scatter(c, in.data(), out.data(), count / n, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
-                                nullptr, nullptr);
+    return nexar_reduce_scatter(c, in, out, l.block, NEXAR_DTYPE_F32, NEXAR_OP_SUM, nullptr,
+                                nullptr);
   if (op == "alltoall")
-    return nexar_alltoall(c, in.data(), out.data(), count / n, NEXAR_DTYPE_F32, nullptr, nullptr);
+    return nexar_alltoall(c, in, out, l.block, NEXAR_DTYPE_F32, nullptr, nullptr);
   return nexar_barrier(c, nullptr, nullptr);
 }
 
-// Verifies one operation's result on every rank (inputs: rank r holds r+1).
-bool verify(const std::string &op, std::vector<std::vector<float>> &out, size_t count, uint32_t n) {
-  for (uint32_t r = 0; r < n; ++r) {
-    const std::vector<float> &o = out[r];
-    for (size_t i = 0; i < count; i += 1 + count / 997) {
-      float want;
-      if (op == "allreduce")
-        want = float(n) * (n + 1) / 2;
-      else if (op == "broadcast")
-        want = 1.0f;
-      else if (op == "allgather")
-        want = float(i / (count / n) + 1);
-      else if (op == "reduce_scatter")
-        want = i < count / n ? float(n) * (n + 1) / 2 : o[i];
-      else if (op == "alltoall")
-        want = float(i / (count / n) + 1);
-      else
-        return true;
-      if (o[i] != want) return false;
-    }
-  }
-  return true;
-}
-
-CollResult bench_collective(const std::string &op, nexar_comm_t **c, uint32_t n, size_t bytes,
-                            int warmup, int iters) {
-  size_t count = std::max<size_t>(bytes / sizeof(float), 1);
-  if (op != "allreduce" && op != "broadcast") count = std::max<size_t>(count / n, 1) * n;
+// One row: every rank fills the check patterns, runs the op once and checks
+// its output, then warm-up and timed iterations (barrier -> op).
+benchm::Row bench_collective(const std::string &op, nexar_comm_t **c, uint32_t n, uint64_t bytes,
+                             int warmup, int iters) {
+  const benchm::Layout l = benchm::layoutFor(op, bytes, int(n));
   std::vector<std::vector<float>> in(n), out(n);
-  for (uint32_t r = 0; r < n; ++r) {
-    in[r].assign(count, float(r + 1));
-    out[r].assign(count, r == 0 && op == "broadcast" ? 1.0f : 0.0f);
-  }
   std::vector<std::vector<double>> times(n);
-  bool ok = true;
+  std::vector<char> ok(n, 1);
   std::vector<std::thread> ts;
   for (uint32_t r = 0; r < n; ++r)
     ts.emplace_back([&, r] {
-      check(run_op(op, c[r], in[r], out[r], count, n), op.c_str());
+      in[r].assign(std::max<size_t>(l.in_count, 1), 0.0f);
+      out[r].assign(std::max<size_t>(l.out_count, 1), 0.0f);
+      benchm::fillCheck(op, int(r), int(n), l, in[r].data(), out[r].data());
+      check(run_op(op, c[r], in[r].data(), out[r].data(), l), op.c_str());
+      ok[r] = benchm::checkOutput(op, int(r), int(n), l, out[r].data()).ok;
       for (int i = 0; i < warmup + iters; ++i) {
         check(nexar_barrier(c[r], nullptr, nullptr), "barrier");
         auto t0 = Clock::now();
-        check(run_op(op, c[r], in[r], out[r], count, n), op.c_str());
+        check(run_op(op, c[r], in[r].data(), out[r].data(), l), op.c_str());
         if (i >= warmup) times[r].push_back(seconds_since(t0) * 1e6);
       }
     });
   for (auto &t : ts)
     t.join();
-  // Checked after the first (untimed) run would be cleaner, but every run
-  // computes the same result from the same inputs.
-  ok = verify(op, out, count, n);
-  std::vector<double> per_iter(iters);
-  for (int i = 0; i < iters; ++i) {
-    double m = 0;
+  std::vector<double> per_iter(iters, 0.0);
+  for (int i = 0; i < iters; ++i)
     for (uint32_t r = 0; r < n; ++r)
-      m = std::max(m, times[r][i]);
-    per_iter[i] = m;
-  }
-  std::sort(per_iter.begin(), per_iter.end());
-  return {median(per_iter), per_iter.front(), per_iter.back(), ok};
+      per_iter[i] = std::max(per_iter[i], times[r][i]);
+  const bool all_ok = std::all_of(ok.begin(), ok.end(), [](char x) { return x != 0; });
+  return benchm::makeRow("nexar", op, int(n), l.bytes, per_iter, 0, 0, all_ok ? "ok" : "FAIL");
 }
 
-size_t parse_size(const std::string &t) {
-  char *end = nullptr;
-  size_t v = strtoull(t.c_str(), &end, 10);
-  if (*end == 'K' || *end == 'k')
-    v <<= 10;
-  else if (*end == 'M' || *end == 'm')
-    v <<= 20;
-  else if (*end == 'G' || *end == 'g')
-    v <<= 30;
-  return v;
-}
-
-int collectives(const std::string &op, uint32_t n, const std::vector<size_t> &sizes, int warmup,
+int collectives(const std::string &op, uint32_t n, const std::vector<uint64_t> &sizes, int warmup,
                 int iters) {
   std::vector<nexar_comm_t *> c(n);
   check(nexar_bootstrap_local(c.data(), n, nullptr), "nexar_bootstrap_local");
@@ -261,12 +183,12 @@ int collectives(const std::string &op, uint32_t n, const std::vector<size_t> &si
          op.c_str(), n, iters);
   printf("%12s %12s %12s %12s %11s %11s %6s\n", "bytes", "median_us", "min_us", "max_us",
          "algbw_GB/s", "busbw_GB/s", "check");
-  for (size_t bytes : sizes) {
+  for (uint64_t bytes : sizes) {
     const int it = bytes >= (16u << 20) ? std::max(3, iters / 4) : iters;
-    CollResult r = bench_collective(op, c.data(), n, bytes, warmup, it);
-    const double algbw = op == "barrier" ? 0 : double(bytes) / (r.median_us * 1e-6) / 1e9;
-    printf("%12zu %12.1f %12.1f %12.1f %11.3f %11.3f %6s\n", bytes, r.median_us, r.min_us, r.max_us,
-           algbw, algbw * bus_factor(op, n), r.ok ? "ok" : "FAIL");
+    const benchm::Row r = bench_collective(op, c.data(), n, bytes, warmup, it);
+    printf("%12llu %12.1f %12.1f %12.1f %11.3f %11.3f %6s\n",
+           static_cast<unsigned long long>(r.bytes), r.median_us, r.min_us, r.max_us, r.algbw_gbps,
+           r.busbw_gbps, r.check.c_str());
     fflush(stdout);
   }
   for (auto *x : c)
@@ -290,7 +212,7 @@ int nexar_bench::run_in_process(int argc, char **argv) {
   std::string mode = argv[1];
   int runs = 5, iters = 20, warmup = 3;
   uint32_t ranks = 2;
-  std::vector<size_t> sizes = {8, 256 << 10, 4 << 20, 64 << 20};
+  std::vector<uint64_t> sizes = {8, 256 << 10, 4 << 20, 64 << 20};
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (i + 1 >= argc) usage();
@@ -304,19 +226,24 @@ int nexar_bench::run_in_process(int argc, char **argv) {
     else if (a == "--ranks")
       ranks = static_cast<uint32_t>(atoi(v.c_str()));
     else if (a == "--sizes") {
-      sizes.clear();
-      size_t pos = 0;
-      while (pos <= v.size()) {
-        size_t comma = v.find(',', pos);
-        if (comma == std::string::npos) comma = v.size();
-        sizes.push_back(parse_size(v.substr(pos, comma - pos)));
-        pos = comma + 1;
+      std::string err;
+      if (!benchm::parseSizeList(v, &sizes, &err)) {
+        fprintf(stderr, "nexar-bench: --sizes: %s\n", err.c_str());
+        usage();
       }
     } else
       usage();
   }
   if (runs < 1 || iters < 1 || warmup < 0 || ranks < 1) usage();
-  if (mode == "p2p") return p2p(runs);
+  if (mode == "barrier") sizes.assign(1, 0);  // no data: one row, as the worker gives
+  if (mode == "p2p") {
+    try {
+      return p2p(runs);
+    } catch (const std::exception &e) {
+      fprintf(stderr, "nexar-bench: %s\n", e.what());
+      return 1;
+    }
+  }
   for (const char *op :
        {"allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier"})
     if (mode == op) return collectives(mode, ranks, sizes, warmup, iters);

@@ -1,9 +1,8 @@
 #include "bench_rows.h"
 
-#include <cmath>
+#include <algorithm>
 #include <cstdlib>
 #include <map>
-#include <sstream>
 
 namespace nexar_bench {
 

@@ -3,16 +3,15 @@
 #include <nexar.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench_cli.h"
+#include "bench_latch.h"
 #include "bench_measure.h"
 #include "peer_runner.h"
 
@@ -28,37 +27,6 @@ void ok(nexar_status_t s, const char *what) {
     throw std::runtime_error(std::string(what) + " failed: " + nexar_status_str(s) + " " +
                              nexar_last_error_message());
 }
-
-// Completions of the asynchronous stream window, waited for with a bound.
-class Latch {
- public:
-  explicit Latch(int n) : left_(n) {}
-  static void done(void *ud, const nexar_completion_t *c) {
-    auto *l = static_cast<Latch *>(ud);
-    std::lock_guard<std::mutex> g(l->mu_);
-    if (c->status != NEXAR_OK && l->status_ == NEXAR_OK) {
-      l->status_ = c->status;
-      l->message_ = c->message;
-    }
-    if (--l->left_ == 0) l->cv_.notify_all();
-  }
-  void wait(unsigned seconds, const char *what) {
-    std::unique_lock<std::mutex> g(mu_);
-    if (!cv_.wait_for(g, std::chrono::seconds(seconds), [&] { return left_ == 0; }))
-      throw std::runtime_error(std::string(what) + ": " + std::to_string(left_) +
-                               " operations still pending after " + std::to_string(seconds) + " s");
-    if (status_ != NEXAR_OK)
-      throw std::runtime_error(std::string(what) + " failed: " + nexar_status_str(status_) + " " +
-                               message_);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int left_;
-  nexar_status_t status_ = NEXAR_OK;
-  std::string message_;
-};
 
 // nexar as a Backend of the measurement loop the peer programs use
 // (bench/peers/peer_runner.h): the same check, warm-up, timed iterations and
@@ -116,13 +84,7 @@ class NexarBackend {
     } else if (op_ == "barrier") {
       barrier();
     } else if (op_ == "pingpong") {
-      if (rank_ == 0) {
-        send(in_, l_.count, 1);
-        recv(out_, l_.count, 1);
-      } else if (rank_ == 1) {
-        recv(out_, l_.count, 0);
-        send(out_, l_.count, 0);
-      }
+      peers::roundTrip(*this, in_, out_, l_.count);
     } else if (op_ == "stream") {
       stream_window();
     } else {

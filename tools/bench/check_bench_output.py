@@ -9,14 +9,15 @@ mode rows (default): runs `BENCH_EXE ARGS --json J --csv C` and asserts that
   check "ok", times positive and ordered (min <= median <= max), bandwidths
   positive (zero for barrier), bytes as bench_measure.h lays them out; that
   the CSV holds the same rows; and that the terminal table names every op.
-  With --plot in ARGS it also asserts a PNG was written (when a python3 with
-  matplotlib is there; otherwise --plot is left out).
-  With --compare in ARGS and the peers' packages not installed (Open MPI:
-  openmpi-bin, libopenmpi-dev; Gloo: libgloo-dev) it skips (exit 77): ctest
-  cannot install packages; scripts/test.sh installs them first.
+  With --plot in ARGS it also asserts a PNG was written.
+  It skips (exit 77) when what ARGS need is not installed and ctest cannot
+  install it (scripts/test.sh does, first): with --compare, the peers'
+  packages (Open MPI: openmpi-bin, libopenmpi-dev; Gloo: libgloo-dev); with
+  --plot, a python3 that imports matplotlib.
 mode timeout: runs with NEXAR_BENCH_TEST_STALL_SECS set (the worker stalls
   in its first timed phase) and asserts that the run ends well before the
-  stall would, exits 1, and reports every row as failed, naming lib, op, size.
+  stall would, exits 1, and reports every row (one per size) as failed,
+  naming lib, op, size.
 
 Figures are never asserted.
 """
@@ -130,11 +131,9 @@ def mode_rows(bench, args, tmp):
             [py, "-c", "import matplotlib"], capture_output=True).returncode == 0
             for py in ("python3", "/usr/bin/python3")):
         # nexar-bench would install matplotlib; a test must not.
-        print("check_bench_output: no matplotlib (tools/bench/install-plot-deps.sh): "
-              "--plot not checked")
-        i = args.index("--plot")
-        del args[i:i + 2]
-        plot = None
+        print("check_bench_output: skipped: no python3 imports matplotlib "
+              "(tools/bench/install-plot-deps.sh installs it)")
+        sys.exit(SKIP)
     if plot:
         plot = os.path.join(tmp, os.path.basename(plot))
         args[args.index("--plot") + 1] = plot
@@ -208,8 +207,9 @@ def mode_timeout(bench, args, tmp):
     with open(j) as f:
         rows = json.load(f)
     op = args[0]
-    if not rows:
-        fail("no rows: failed rows must be reported")
+    want = 1 if op == "barrier" else len(arg(args, "--sizes", "8,4K,256K,4M,64M").split(","))
+    if len(rows) != want:
+        fail(f"{len(rows)} rows, want {want}: every row must be reported failed")
     for r in rows:
         if not r["check"].startswith("FAIL:"):
             fail(f"row {r} should have failed")
@@ -226,6 +226,9 @@ def main():
     mode = "rows"
     if args[0] == "--mode":
         mode, args = args[1], args[2:]
+    if mode not in ("rows", "timeout"):
+        print(f"check_bench_output: unknown mode {mode!r}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="nexar-bench-check.") as tmp:
         (mode_timeout if mode == "timeout" else mode_rows)(bench, args, tmp)
     return 0
