@@ -9,6 +9,7 @@
 
 #include "client/communicator.h"
 #include "nexar.h"
+#include "transport/frame.h"
 
 struct nexar_comm {
   std::unique_ptr<nexar::Communicator> impl;
@@ -35,6 +36,25 @@ nexar_status_t guarded(const char *what, Fn &&fn) noexcept {
   } catch (...) {
     return fail(NEXAR_ERR_INTERNAL, std::string(what) + ": internal error");
   }
+}
+
+// The checks of an entry point that sends bytes to one rank (p2p, RPC), made
+// before anything is queued: comm set, buf set unless bytes is 0, the 4 GiB
+// message limit, peer inside the communicator.
+inline nexar_status_t check_message(nexar_comm_t *comm, const void *buf, size_t bytes,
+                                    uint32_t peer, const char *what) {
+  if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, std::string(what) + ": comm is NULL");
+  if (!buf && bytes > 0)
+    return fail(NEXAR_ERR_INVALID_ARGUMENT,
+                format("%s: buffer is NULL but bytes is %zu", what, bytes));
+  if (bytes > wire::kMaxMessageBytes)
+    return fail(NEXAR_ERR_INVALID_ARGUMENT,
+                format("%s: %zu bytes exceeds the 4 GiB message limit", what, bytes));
+  if (peer >= comm->impl->size())
+    return fail(NEXAR_ERR_INVALID_RANK,
+                format("%s: rank %u is outside the communicator of %u ranks", what, peer,
+                       comm->impl->size()));
+  return NEXAR_OK;
 }
 
 // Submits an operation: an error means done will never run.

@@ -3,26 +3,8 @@
 #include "capi/handles.h"
 #include "client/p2p.h"
 
-using nexar::capi::fail;
+using nexar::capi::check_message;
 using nexar::capi::guarded;
-
-namespace {
-nexar_status_t check(nexar_comm_t *comm, const void *buf, size_t bytes, uint32_t peer,
-                     const char *what) {
-  if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, std::string(what) + ": comm is NULL");
-  if (!buf && bytes > 0)
-    return fail(NEXAR_ERR_INVALID_ARGUMENT,
-                nexar::format("%s: buffer is NULL but bytes is %zu", what, bytes));
-  if (bytes > (4ull << 30))
-    return fail(NEXAR_ERR_INVALID_ARGUMENT,
-                nexar::format("%s: %zu bytes exceeds the 4 GiB message limit", what, bytes));
-  if (peer >= comm->impl->size())
-    return fail(NEXAR_ERR_INVALID_RANK,
-                nexar::format("%s: rank %u is outside the communicator of %u ranks", what, peer,
-                              comm->impl->size()));
-  return NEXAR_OK;
-}
-}  // namespace
 
 extern "C" {
 
@@ -30,7 +12,7 @@ NEXAR_API nexar_status_t nexar_send(nexar_comm_t *comm, const void *buf, size_t 
                                     uint32_t dest, uint32_t tag, nexar_done_fn done,
                                     void *user_data) {
   return guarded("nexar_send", [&] {
-    if (nexar_status_t s = check(comm, buf, bytes, dest, "nexar_send")) return s;
+    if (nexar_status_t s = check_message(comm, buf, bytes, dest, "nexar_send")) return s;
     nexar::Communicator *c = comm->impl.get();
     return nexar::capi::submit(
         comm, "nexar_send",
@@ -42,7 +24,7 @@ NEXAR_API nexar_status_t nexar_send(nexar_comm_t *comm, const void *buf, size_t 
 NEXAR_API nexar_status_t nexar_recv(nexar_comm_t *comm, void *buf, size_t bytes, uint32_t src,
                                     uint32_t tag, nexar_done_fn done, void *user_data) {
   return guarded("nexar_recv", [&] {
-    if (nexar_status_t s = check(comm, buf, bytes, src, "nexar_recv")) return s;
+    if (nexar_status_t s = check_message(comm, buf, bytes, src, "nexar_recv")) return s;
     nexar::Communicator *c = comm->impl.get();
     return nexar::capi::submit(
         comm, "nexar_recv",

@@ -66,21 +66,11 @@ NEXAR_API nexar_status_t nexar_rpc_call(nexar_comm_t *comm, uint32_t target_rank
                                         nexar_rpc_response_t **response, nexar_done_fn done,
                                         void *user_data) {
   return guarded("nexar_rpc_call", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_rpc_call: comm is NULL");
+    if (nexar_status_t s =
+            nexar::capi::check_message(comm, request, request_len, target_rank, "nexar_rpc_call"))
+      return s;
     if (!response) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_rpc_call: response is NULL");
-    if (!request && request_len > 0)
-      return fail(
-          NEXAR_ERR_INVALID_ARGUMENT,
-          nexar::format("nexar_rpc_call: request is NULL but request_len is %zu", request_len));
-    if (request_len > nexar::wire::kMaxMessageBytes)
-      return fail(
-          NEXAR_ERR_INVALID_ARGUMENT,
-          nexar::format("nexar_rpc_call: %zu bytes exceeds the 4 GiB message limit", request_len));
     nexar::Communicator *c = comm->impl.get();
-    if (target_rank >= c->size())
-      return fail(NEXAR_ERR_INVALID_RANK,
-                  nexar::format("nexar_rpc_call: rank %u is outside the communicator of %u ranks",
-                                target_rank, c->size()));
     *response = nullptr;
     return nexar::capi::submit(
         comm, "nexar_rpc_call",

@@ -2,7 +2,6 @@
 #include <strings.h>
 
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 
 #include "capi/handles.h"
@@ -20,17 +19,10 @@ struct nexar_seed {
 
 namespace {
 
-// A field of nexar_seed_options_t is present if the caller's struct is large
-// enough to contain it.
-#define HAS_SEED_FIELD(size, field) \
-  ((size) >= offsetof(nexar_seed_options_t, field) + sizeof(((nexar_seed_options_t *)0)->field))
-
-const char *env(const char *name) {
-  const char *v = getenv(name);
-  return (v && *v) ? v : nullptr;
-}
+#define HAS_SEED_FIELD(size, field) NEXAR_HAS_FIELD(nexar_seed_options_t, size, field)
 
 nexar::Status seed_options_from_env(nexar_seed_options_t *opts, size_t struct_size) {
+  using nexar::env;
   using nexar::error;
   using nexar::format;
   if (!opts) return error(NEXAR_ERR_INVALID_ARGUMENT, "nexar_seed_options_init: opts is NULL");

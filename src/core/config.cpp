@@ -10,17 +10,14 @@
 namespace nexar {
 namespace {
 
-// A field of nexar_comm_options_t is present if the caller's struct is large
-// enough to contain it: older callers pass smaller structs.
-#define HAS_FIELD(size, field) \
-  ((size) >= offsetof(nexar_comm_options_t, field) + sizeof(((nexar_comm_options_t *)0)->field))
+#define HAS_FIELD(size, field) NEXAR_HAS_FIELD(nexar_comm_options_t, size, field)
+
+}  // namespace
 
 const char *env(const char *name) {
   const char *v = getenv(name);
   return (v && *v) ? v : nullptr;
 }
-
-}  // namespace
 
 Status parse_bytes(const char *text, uint64_t *out) {
   errno = 0;

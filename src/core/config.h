@@ -2,6 +2,7 @@
 // then the caller's option fields (nexar_comm_options_t).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -37,6 +38,13 @@ struct Config {
   static Status from_options(const nexar_comm_options_t *opts, Config *out);
 };
 
+// A field of a C options struct is present if the caller's struct_size is
+// large enough to contain it: older callers pass smaller structs.
+#define NEXAR_HAS_FIELD(type, size, field) \
+  ((size) >= offsetof(type, field) + sizeof(((type *)0)->field))
+
+// The variable's value, or NULL when it is unset or empty.
+const char *env(const char *name);
 // Environment parsing helpers (exposed for tests). Each returns an error
 // naming the variable when the value is present but malformed.
 Status env_seconds_ms(const char *name, uint64_t *out_ms);

@@ -2,19 +2,12 @@
 
 #include <sched.h>
 
-#include <chrono>
 #include <condition_variable>
 
+#include "core/clock.h"
 #include "core/log.h"
 
 namespace nexar {
-namespace {
-uint64_t monotonic_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-}  // namespace
 
 EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
   loop_ = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
@@ -25,7 +18,6 @@ EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
   prepare_.data = this;
   ev_prepare_start(loop_, &prepare_);
   ev_idle_init(&idle_, &EventLoop::on_idle);
-  idle_.data = this;
 }
 
 EventLoop::~EventLoop() {
@@ -102,10 +94,6 @@ void EventLoop::run_sync(const Command &fn) {
   cv.wait(g, [&] { return done; });
 }
 
-void EventLoop::note_activity() {
-  if (spin_ns_) last_activity_ns_ = monotonic_ns();
-}
-
 void EventLoop::drain_commands() {
   for (;;) {
     std::deque<Command> batch;
@@ -143,7 +131,7 @@ void EventLoop::on_async(struct ev_loop *loop, ev_async *w, int) {
 void EventLoop::on_prepare(struct ev_loop *loop, ev_prepare *w, int) {
   auto *self = static_cast<EventLoop *>(w->data);
   if (self->spinning_.load(std::memory_order_relaxed)) self->drain_commands();
-  if (self->spin_ns_ && !self->ready_.empty()) self->note_activity();
+  if (!self->ready_.empty()) self->note_activity();
   // Resumed coroutines may queue writes and writes never resume coroutines,
   // so: drain, flush, and repeat while anything new became ready.
   for (int round = 0; round < 64; ++round) {
@@ -162,7 +150,12 @@ void EventLoop::on_prepare(struct ev_loop *loop, ev_prepare *w, int) {
 }
 
 void EventLoop::spin_or_sleep(struct ev_loop *loop) {
-  if (monotonic_ns() - last_activity_ns_ < spin_ns_) {
+  const uint64_t now = now_ns();  // the one clock read of a pass
+  if (active_) {
+    active_ = false;
+    last_activity_ns_ = now;
+  }
+  if (now - last_activity_ns_ < spin_ns_) {
     spinning_.store(true);
     ev_idle_start(loop, &idle_);  // poll without sleeping
     // Let another thread on this core run (ranks may outnumber cores).
@@ -171,19 +164,14 @@ void EventLoop::spin_or_sleep(struct ev_loop *loop) {
   }
   if (!spinning_.load(std::memory_order_relaxed)) return;
   spinning_.store(false);
-  // A post() that saw spinning_ == true did not wake us: look once more.
-  bool queued;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    queued = !commands_.empty();
-  }
-  if (queued) ev_idle_start(loop, &idle_);
+  // A post() that saw spinning_ == true did not wake us: let on_async look at
+  // the queue once more. From a prepare watcher this writes no eventfd (libev
+  // only flags the async and polls without blocking).
+  ev_async_send(loop, &wake_);
 }
 
 void EventLoop::on_idle(struct ev_loop *loop, ev_idle *w, int) {
   ev_idle_stop(loop, w);
-  auto *self = static_cast<EventLoop *>(w->data);
-  if (!self->spinning_.load(std::memory_order_relaxed)) self->drain_commands();
 }
 
 }  // namespace nexar

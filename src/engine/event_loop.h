@@ -33,8 +33,8 @@ class EventLoop {
   // CPU for that latency. Set before start().
   void set_spin_us(uint32_t us) { spin_ns_ = uint64_t{us} * 1000; }
   // Loop thread: something happened (a packet, a command, a resumption), so
-  // keep spinning for another spin_us.
-  void note_activity();
+  // keep spinning for another spin_us (from the end of this pass).
+  void note_activity() { active_ = true; }
 
   void start();
   // Stops the thread after running the commands already queued; idempotent.
@@ -78,6 +78,7 @@ class EventLoop {
   std::atomic<bool> started_{false};
   uint64_t spin_ns_ = 0;
   uint64_t last_activity_ns_ = 0;  // loop thread
+  bool active_ = false;            // loop thread: note_activity() since the last pass
   // While true the loop polls without sleeping and picks up commands by
   // itself, so post() skips the eventfd write.
   std::atomic<bool> spinning_{false};

@@ -31,8 +31,7 @@ void encode_frame_header(const FrameHeader &h, uint8_t out[kFrameHeaderSize]) {
   put64(out + 8, h.comm_id);
   put64(out + 16, h.tag);
   put64(out + 24, h.length);
-  for (int i = 0; i < 4; ++i)
-    out[4 + i] = static_cast<uint8_t>(h.check >> (8 * i));
+  put32(out + 4, h.check);
 }
 
 Status decode_frame_header(const uint8_t in[kFrameHeaderSize], FrameHeader *out) {
@@ -46,8 +45,7 @@ Status decode_frame_header(const uint8_t in[kFrameHeaderSize], FrameHeader *out)
   out->comm_id = get64(in + 8);
   out->tag = get64(in + 16);
   out->length = get64(in + 24);
-  out->check = static_cast<uint32_t>(in[4]) | static_cast<uint32_t>(in[5]) << 8 |
-               static_cast<uint32_t>(in[6]) << 16 | static_cast<uint32_t>(in[7]) << 24;
+  out->check = get32(in + 4);
   const uint64_t limit = out->kind == FrameKind::Control ? kMaxControlBytes
                          : out->kind == FrameKind::Relay ? kRelayPrefixSize + kRelayChunkBytes
                                                          : kMaxMessageBytes;

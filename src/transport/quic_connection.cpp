@@ -45,26 +45,22 @@ QuicConnection::QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, boo
   conn_ref_.user_data = this;
   ev_init(&timer_, &QuicConnection::on_timer);
   timer_.data = this;
-  control_.lane_byte = static_cast<uint8_t>(wire::Lane::Control);
-  for (auto &d : data_)
-    d.lane_byte = static_cast<uint8_t>(wire::Lane::Data);
-  rpc_[0].lane_byte = static_cast<uint8_t>(wire::Lane::RpcRequest);
-  rpc_[1].lane_byte = static_cast<uint8_t>(wire::Lane::RpcResponse);
-  for (auto &y : relay_)
-    y.lane_byte = static_cast<uint8_t>(wire::Lane::Relay);
+  for (size_t i = 0; i < kSendStreams; ++i) {
+    const wire::Lane lane = i == kControl       ? wire::Lane::Control
+                            : i < kRpcRequest   ? wire::Lane::Data
+                            : i == kRpcRequest  ? wire::Lane::RpcRequest
+                            : i == kRpcResponse ? wire::Lane::RpcResponse
+                                                : wire::Lane::Relay;
+    streams_[i].lane_byte = static_cast<uint8_t>(lane);
+  }
 }
 
 QuicConnection::~QuicConnection() {
   ev_timer_stop(ep_->loop()->raw(), &timer_);
   for (auto &cid : scids_)
     ep_->unroute(cid);
-  finish_items(control_, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
-  for (auto &d : data_)
-    finish_items(d, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
-  for (auto &r : rpc_)
-    finish_items(r, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
-  for (auto &y : relay_)
-    finish_items(y, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
+  for (auto &st : streams_)
+    finish_items(st, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
   for (auto &[id, rs] : recv_)
     if (rs.sink) rs.sink->finish(false);
   if (conn_) ngtcp2_conn_del(conn_);
@@ -275,13 +271,7 @@ int QuicConnection::cb_acked_stream_data_offset(ngtcp2_conn *, int64_t sid, uint
 int QuicConnection::cb_extend_max_stream_data(ngtcp2_conn *, int64_t sid, uint64_t, void *ud,
                                               void *) {
   auto *self = static_cast<QuicConnection *>(ud);
-  if (self->control_.id == sid) self->control_.blocked = false;
-  for (auto &d : self->data_)
-    if (d.id == sid) d.blocked = false;
-  for (auto &r : self->rpc_)
-    if (r.id == sid) r.blocked = false;
-  for (auto &y : self->relay_)
-    if (y.id == sid) y.blocked = false;
+  if (SendStream *st = self->stream_by_id(sid)) st->blocked = false;
   self->ep_->mark_dirty(self);
   return 0;
 }
@@ -359,14 +349,12 @@ void QuicConnection::open_streams() {
     st.items.push_front(std::move(item));
     return true;
   };
-  bool all = open(control_);
-  for (auto &d : data_)
-    all = all && open(d);
-  for (auto &r : rpc_)
-    all = all && open(r);
-  // Relay streams open with their first frame: full meshes never use them.
-  for (auto &y : relay_)
-    if (!y.items.empty()) all = all && open(y);
+  bool all = true;
+  for (size_t i = 0; i < kSendStreams && all; ++i) {
+    // Relay streams open with their first frame: full meshes never use them.
+    if (i >= kRelay && streams_[i].items.empty()) continue;
+    all = open(streams_[i]);
+  }
   streams_open_ = all;
   ep_->mark_dirty(this);
 }
@@ -398,11 +386,12 @@ QuicConnection::SendItem *QuicConnection::send(OutgoingMessage msg, bool control
     if (item->listener) item->listener->on_send_done(Status(NEXAR_ERR_CLOSED, "connection closed"));
     return nullptr;
   }
-  SendStream &st = control                                           ? control_
-                   : msg.header.kind == wire::FrameKind::RpcRequest  ? rpc_[0]
-                   : msg.header.kind == wire::FrameKind::RpcResponse ? rpc_[1]
-                   : msg.header.kind == wire::FrameKind::Relay       ? relay_[key % kRelayStreams]
-                                                                     : data_[key % kDataStreams];
+  const wire::FrameKind kind = msg.header.kind;
+  SendStream &st = streams_[control                                ? kControl
+                            : kind == wire::FrameKind::RpcRequest  ? kRpcRequest
+                            : kind == wire::FrameKind::RpcResponse ? kRpcResponse
+                            : kind == wire::FrameKind::Relay       ? kRelay + key % kRelayStreams
+                                                                   : kData + key % kDataStreams];
   if (!control) {
     ++ep_->stats().messages_sent;
     ep_->stats().bytes_sent += item->payload_len;
@@ -427,29 +416,23 @@ void QuicConnection::send_control(const wire::ControlMessage &m, SendListener *l
 
 bool QuicConnection::has_unacked() const {
   if (closed_) return false;
-  if (!control_.items.empty()) return true;
-  for (const auto &d : data_)
-    if (!d.items.empty()) return true;
-  for (const auto &r : rpc_)
-    if (!r.items.empty()) return true;
-  for (const auto &y : relay_)
-    if (!y.items.empty()) return true;
+  for (const auto &st : streams_)
+    if (!st.items.empty()) return true;
   return false;
 }
 
 bool QuicConnection::cancel(SendItem *item, SendListener *replacement) {
-  for (SendStream *st : {&control_, &data_[0], &data_[1], &data_[2], &data_[3], &rpc_[0], &rpc_[1],
-                         &relay_[0], &relay_[1]}) {
-    for (size_t i = 0; i < st->items.size(); ++i) {
-      if (st->items[i].get() != item) continue;
-      if (item->written == 0 && i >= st->next) {
+  for (SendStream &st : streams_) {
+    for (size_t i = 0; i < st.items.size(); ++i) {
+      if (st.items[i].get() != item) continue;
+      if (item->written == 0 && i >= st.next) {
         // Never started: drop it and shift the later offsets back.
         const uint64_t n = item->total();
-        for (size_t j = i + 1; j < st->items.size(); ++j)
-          st->items[j]->end_offset -= n;
-        st->offset -= n;
+        for (size_t j = i + 1; j < st.items.size(); ++j)
+          st.items[j]->end_offset -= n;
+        st.offset -= n;
         queued_bytes_ -= n;
-        st->items.erase(st->items.begin() + static_cast<long>(i));
+        st.items.erase(st.items.begin() + static_cast<long>(i));
         return false;
       }
       item->zero_rest = true;
@@ -499,14 +482,7 @@ void QuicConnection::advance(SendStream &st, size_t n) {
 }
 
 void QuicConnection::on_acked(int64_t sid, uint64_t offset, uint64_t len) {
-  SendStream *st = nullptr;
-  if (control_.id == sid) st = &control_;
-  for (auto &d : data_)
-    if (d.id == sid) st = &d;
-  for (auto &r : rpc_)
-    if (r.id == sid) st = &r;
-  for (auto &y : relay_)
-    if (y.id == sid) st = &y;
+  SendStream *st = stream_by_id(sid);
   if (!st) return;
   const uint64_t acked = offset + len;
   while (!st->items.empty() && st->items.front()->end_offset <= acked &&
@@ -516,6 +492,12 @@ void QuicConnection::on_acked(int64_t sid, uint64_t offset, uint64_t len) {
     if (st->next > 0) --st->next;
     if (it->listener) it->listener->on_send_done(Status());
   }
+}
+
+QuicConnection::SendStream *QuicConnection::stream_by_id(int64_t sid) {
+  for (auto &st : streams_)
+    if (st.id == sid) return &st;
+  return nullptr;
 }
 
 void QuicConnection::finish_items(SendStream &st, const Status &s) {
@@ -530,15 +512,11 @@ QuicConnection::SendStream *QuicConnection::pick_stream() {
   // Control first (barriers and heartbeats never wait behind bulk data), then
   // the data and RPC streams round robin (a large RPC payload shares the link
   // with bulk data; neither starves the other).
-  if (control_.id >= 0 && !control_.blocked && control_.next < control_.items.size())
-    return &control_;
-  constexpr size_t kShared = kDataStreams + kRpcStreams + kRelayStreams;
+  if (streams_[kControl].writable()) return &streams_[kControl];
+  constexpr size_t kShared = kSendStreams - kData;
   for (size_t k = 0; k < kShared; ++k) {
-    const size_t i = (rr_ + k) % kShared;
-    SendStream &d = i < kDataStreams                 ? data_[i]
-                    : i < kDataStreams + kRpcStreams ? rpc_[i - kDataStreams]
-                                                     : relay_[i - kDataStreams - kRpcStreams];
-    if (d.id >= 0 && !d.blocked && d.next < d.items.size()) {
+    SendStream &d = streams_[kData + (rr_ + k) % kShared];
+    if (d.writable()) {
       rr_ = (rr_ + k + 1) % kShared;
       return &d;
     }
@@ -788,13 +766,8 @@ void QuicConnection::close(uint64_t app_error, const Status &why) {
       ep_->transmit(remote_, buf, &sz, 1);
     }
   }
-  finish_items(control_, why);
-  for (auto &d : data_)
-    finish_items(d, why);
-  for (auto &r : rpc_)
-    finish_items(r, why);
-  for (auto &y : relay_)
-    finish_items(y, why);
+  for (auto &st : streams_)
+    finish_items(st, why);
   for (auto &[id, rs] : recv_)
     if (rs.sink) std::exchange(rs.sink, nullptr)->finish(false);
   handler_->on_closed(this, why);

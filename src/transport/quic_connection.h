@@ -167,6 +167,7 @@ class QuicConnection {
     size_t next = 0;                              // first item not fully written
     uint64_t offset = 0;                          // next stream offset to assign
     bool blocked = false;
+    bool writable() const { return id >= 0 && !blocked && next < items.size(); }
   };
   struct RecvStream {
     bool have_lane = false;
@@ -190,6 +191,7 @@ class QuicConnection {
   void on_acked(int64_t stream_id, uint64_t offset, uint64_t len);
   size_t on_stream_data(int64_t stream_id, const uint8_t *data, size_t len, bool fin);
   SendStream *pick_stream();
+  SendStream *stream_by_id(int64_t stream_id);
   void fail(const Status &why);
   void arm_timer();
   void finish_items(SendStream &st, const Status &s);
@@ -226,14 +228,15 @@ class QuicConnection {
   bool streams_open_ = false;
   bool identity_checked_ = false;
   std::vector<ngtcp2_cid> scids_;  // routed to us by the endpoint
-  SendStream control_;
-  SendStream data_[kDataStreams];
-  static constexpr size_t kRpcStreams = 2;  // [0] RPC requests, [1] RPC responses
-  SendStream rpc_[kRpcStreams];
-  // Relay frames, keyed by (origin, destination) so each flow keeps its order.
+  // The send streams, one lane each: control, then the ones pick_stream()
+  // serves round robin: data (by key), RPC requests, RPC responses, relay
+  // (keyed by origin and destination, so each flow keeps its order).
   static constexpr size_t kRelayStreams = 2;
-  SendStream relay_[kRelayStreams];
-  size_t rr_ = 0;  // round-robin position over streams
+  static constexpr size_t kControl = 0, kData = 1, kRpcRequest = kData + kDataStreams,
+                          kRpcResponse = kRpcRequest + 1, kRelay = kRpcResponse + 1,
+                          kSendStreams = kRelay + kRelayStreams;
+  SendStream streams_[kSendStreams];
+  size_t rr_ = 0;  // round-robin position over streams_[kData..]
   std::unordered_map<int64_t, RecvStream> recv_;
   uint64_t queued_bytes_ = 0;
 };

@@ -43,20 +43,20 @@ QuicEndpoint::~QuicEndpoint() {
 
 Status QuicEndpoint::open(const SocketAddress &bind_addr) {
   Status s = socket_.bind(bind_addr);
-  if (!s) return s;
-  ev_io_set(&io_, socket_.fd(), EV_READ);
-  ev_io_start(loop_->raw(), &io_);
-  reading_ = true;
-  return {};
+  if (s) start_reading();
+  return s;
 }
 
 Status QuicEndpoint::adopt(int fd) {
   Status s = socket_.adopt(fd);
-  if (!s) return s;
+  if (s) start_reading();
+  return s;
+}
+
+void QuicEndpoint::start_reading() {
   ev_io_set(&io_, socket_.fd(), EV_READ);
   ev_io_start(loop_->raw(), &io_);
   reading_ = true;
-  return {};
 }
 
 size_t QuicEndpoint::max_udp_payload(const SocketAddress &remote) const {

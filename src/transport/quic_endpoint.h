@@ -73,6 +73,7 @@ class QuicEndpoint {
   }
 
  private:
+  void start_reading();
   static void on_readable(struct ev_loop *, ev_io *w, int revents);
   void read_socket();
   void handle_datagram(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);

@@ -297,7 +297,7 @@ struct PubkeyDeleter {
 };
 
 // Imports and checks a request: well formed, self-signed, an acceptable key.
-Status load_csr(const std::string &csr_pem, X509Crq *crq_out,
+Status load_csr(const std::string &csr_pem,
                 std::unique_ptr<gnutls_pubkey_st, PubkeyDeleter> *key_out) {
   if (csr_pem.empty()) return error(NEXAR_ERR_INVALID_ARGUMENT, "empty certificate request");
   gnutls_x509_crq_t q = nullptr;
@@ -324,7 +324,6 @@ Status load_csr(const std::string &csr_pem, X509Crq *crq_out,
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  format("certificate request key (%s, %u bits) is not accepted",
                         gnutls_pk_get_name(static_cast<gnutls_pk_algorithm_t>(alg)), bits));
-  if (crq_out) *crq_out = std::move(crq);
   if (key_out) *key_out = std::move(key);
   return {};
 }
@@ -338,12 +337,12 @@ Status ClusterCa::issue_node_cert(uint32_t rank, gnutls_x509_privkey_t node_key,
 }
 
 Status ClusterCa::check_csr(const std::string &csr_pem) {
-  return load_csr(csr_pem, nullptr, nullptr);
+  return load_csr(csr_pem, nullptr);
 }
 
 Status ClusterCa::issue_from_csr(uint32_t rank, const std::string &csr_pem, X509Cert *out) const {
   std::unique_ptr<gnutls_pubkey_st, PubkeyDeleter> key;
-  Status s = load_csr(csr_pem, nullptr, &key);
+  Status s = load_csr(csr_pem, &key);
   if (!s) return s;
   return issue_leaf(
       rank, cluster_id_, cert_.get(), key_.get(),

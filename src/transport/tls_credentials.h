@@ -66,7 +66,6 @@ class ClusterCa {
   uint64_t cluster_id() const { return cluster_id_; }
 
  private:
-  Status issue(uint32_t rank, gnutls_pubkey_t node_key, X509Cert *out) const;
   uint64_t cluster_id_ = 0;
   X509Cert cert_;
   X509Key key_;
