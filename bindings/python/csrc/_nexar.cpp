@@ -23,7 +23,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -413,8 +412,6 @@ nexar_op_t check_op(int64_t op, const std::string &name) {
 
 // ---- Communicator -----------------------------------------------------------------
 
-using Submit = std::function<nexar_status_t(nexar_comm_t *, nexar_done_fn, void *)>;
-
 class Request;
 
 class Communicator {
@@ -455,10 +452,14 @@ class Communicator {
     nexar_comm_abort(h_);
   }
 
-  // Runs one operation, blocking (GIL released) or asynchronously (a Request
-  // that keeps `keep` alive until the operation has completed).
-  py::object run(const std::string &op, const Submit &submit, std::vector<py::object> keep,
-                 py::object result, bool async_op);
+  // Runs one operation, submit(handle, done, user_data): blocking (GIL
+  // released, done == NULL) or asynchronously (a Request that keeps `keep`
+  // and `result` alive until the operation has completed; None entries are
+  // skipped). Templates, so that the blocking path allocates nothing.
+  template <class Submit>
+  py::object run(const std::string &op, const Submit &submit,
+                 std::initializer_list<py::handle> keep, py::object result, bool async_op);
+  template <class Submit>
   py::object submit_async(const std::shared_ptr<Pending> &p, const Submit &submit);
   py::object split(py::handle self, int64_t color, int64_t key, bool async_op);
 
@@ -599,8 +600,10 @@ class Request {
   std::shared_ptr<Pending> p_;
 };
 
+template <class Submit>
 py::object Communicator::run(const std::string &op, const Submit &submit,
-                             std::vector<py::object> keep, py::object result, bool async_op) {
+                             std::initializer_list<py::handle> keep, py::object result,
+                             bool async_op) {
   if (!async_op) {
     nexar_status_t st = NEXAR_OK;
     std::string msg;
@@ -631,12 +634,13 @@ py::object Communicator::run(const std::string &op, const Submit &submit,
   auto p = std::make_shared<Pending>();
   p->op = op;
   p->comm_rank = rank_;
-  for (auto &o : keep)
-    p->keep.push_back(o.inc_ref().ptr());
-  if (!result.is_none()) p->result = result.inc_ref().ptr();
+  for (py::handle h : keep)
+    if (h && !h.is_none()) p->keep.push_back(h.inc_ref().ptr());
+  if (!result.is_none()) p->result = result.release().ptr();
   return submit_async(p, submit);
 }
 
+template <class Submit>
 py::object Communicator::submit_async(const std::shared_ptr<Pending> &p, const Submit &submit) {
   auto *holder = new std::shared_ptr<Pending>(p);
   nexar_status_t st = NEXAR_OK;
@@ -707,13 +711,6 @@ size_t blocks_of(const View &v, uint32_t size, const std::string &op) {
   return v.count / size;
 }
 
-std::vector<py::object> keep_of(std::initializer_list<py::handle> objs) {
-  std::vector<py::object> out;
-  for (py::handle h : objs)
-    if (h && !h.is_none()) out.push_back(py::reinterpret_borrow<py::object>(h));
-  return out;
-}
-
 uint32_t check_tag(int64_t tag, const std::string &op) {
   if (tag < 0 || tag > UINT32_MAX) throw py::value_error(op + ": tag must be in 0..2**32-1");
   return static_cast<uint32_t>(tag);
@@ -731,7 +728,7 @@ py::object in_place(Communicator &c, const std::string &name, py::object buf, in
   const nexar_dtype_t t = v.dtype;
   return c.run(
       name, [=](nexar_comm_t *h, nexar_done_fn f, void *u) { return fn(h, d, d, n, t, o, f, u); },
-      keep_of({buf, v.arr}), buf, async_op);
+      {buf, v.arr}, buf, async_op);
 }
 
 py::object all_reduce(Communicator &c, py::object buf, int64_t op, bool async_op) {
@@ -756,7 +753,7 @@ py::object broadcast(Communicator &c, py::object buf, int64_t root, bool async_o
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_broadcast(h, d, n, t, r, f, u);
       },
-      keep_of({buf, v.arr}), buf, async_op);
+      {buf, v.arr}, buf, async_op);
 }
 
 py::object reduce(Communicator &c, py::object buf, int64_t op, int64_t root, bool async_op) {
@@ -772,7 +769,7 @@ py::object reduce(Communicator &c, py::object buf, int64_t op, int64_t root, boo
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_reduce(h, d, d, n, t, o, r, f, u);
       },
-      keep_of({buf, v.arr}), buf, async_op);
+      {buf, v.arr}, buf, async_op);
 }
 
 py::object all_gather(Communicator &c, py::object buf, py::object out, bool async_op) {
@@ -791,7 +788,7 @@ py::object all_gather(Communicator &c, py::object buf, py::object out, bool asyn
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_allgather(h, s, d, n, t, f, u);
       },
-      keep_of({buf, in.arr, out, o.arr}), result, async_op);
+      {buf, in.arr, out, o.arr}, result, async_op);
 }
 
 py::object reduce_scatter(Communicator &c, py::object buf, int64_t op, py::object out,
@@ -810,7 +807,7 @@ py::object reduce_scatter(Communicator &c, py::object buf, int64_t op, py::objec
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_reduce_scatter(h, s, d, block, t, op_, f, u);
       },
-      keep_of({buf, in.arr, out, o.arr}), result, async_op);
+      {buf, in.arr, out, o.arr}, result, async_op);
 }
 
 py::object all_to_all(Communicator &c, py::object buf, py::object out, bool async_op) {
@@ -827,7 +824,7 @@ py::object all_to_all(Communicator &c, py::object buf, py::object out, bool asyn
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_alltoall(h, s, d, block, t, f, u);
       },
-      keep_of({buf, in.arr, out, o.arr}), result, async_op);
+      {buf, in.arr, out, o.arr}, result, async_op);
 }
 
 py::object gather(Communicator &c, py::object buf, int64_t root, py::object out, bool async_op) {
@@ -843,7 +840,7 @@ py::object gather(Communicator &c, py::object buf, int64_t root, py::object out,
         [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
           return nexar_gather(h, s, nullptr, n, t, r, f, u);
         },
-        keep_of({buf, in.arr}), py::none(), async_op);
+        {buf, in.arr}, py::none(), async_op);
   std::vector<py::ssize_t> shape = shape_of(in.arr);
   shape.insert(shape.begin(), c.size());
   View o = out_view(out, in, shape, n * c.size(), name);
@@ -854,7 +851,7 @@ py::object gather(Communicator &c, py::object buf, int64_t root, py::object out,
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_gather(h, s, d, n, t, r, f, u);
       },
-      keep_of({buf, in.arr, out, o.arr}), result, async_op);
+      {buf, in.arr, out, o.arr}, result, async_op);
 }
 
 py::object scatter(Communicator &c, py::object buf, int64_t root, py::object out, bool async_op) {
@@ -883,7 +880,7 @@ py::object scatter(Communicator &c, py::object buf, int64_t root, py::object out
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_scatter(h, s, d, n, t, r, f, u);
       },
-      keep_of({buf, in.arr, out, o.arr}), result, async_op);
+      {buf, in.arr, out, o.arr}, result, async_op);
 }
 
 py::object barrier(Communicator &c, bool async_op) {
@@ -902,7 +899,7 @@ py::object send(Communicator &c, py::object buf, int64_t dest, int64_t tag, bool
   return c.run(
       name,
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) { return nexar_send(h, d, n, to, tg, f, u); },
-      keep_of({buf, v.arr}), py::none(), async_op);
+      {buf, v.arr}, py::none(), async_op);
 }
 
 py::object recv(Communicator &c, py::object buf, int64_t source, int64_t tag, bool async_op) {
@@ -917,7 +914,7 @@ py::object recv(Communicator &c, py::object buf, int64_t source, int64_t tag, bo
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_recv(h, d, n, from, tg, f, u);
       },
-      keep_of({buf, v.arr}), buf, async_op);
+      {buf, v.arr}, buf, async_op);
 }
 
 // ---- Creating communicators -------------------------------------------------------
