@@ -291,51 +291,30 @@ const char *const kSupported =
     "float16, float32, float64, int8, int32, int64, uint8, uint32, uint64, bfloat16 (ml_dtypes)";
 
 bool dtype_code(const py::dtype &dt, nexar_dtype_t *out) {
+  struct Known {
+    char kind;
+    py::ssize_t itemsize;
+    nexar_dtype_t code;
+  };
+  static const Known kKnown[] = {
+      {'f', 2, NEXAR_DTYPE_F16}, {'f', 4, NEXAR_DTYPE_F32}, {'f', 8, NEXAR_DTYPE_F64},
+      {'i', 1, NEXAR_DTYPE_I8},  {'i', 4, NEXAR_DTYPE_I32}, {'i', 8, NEXAR_DTYPE_I64},
+      {'u', 1, NEXAR_DTYPE_U8},  {'u', 4, NEXAR_DTYPE_U32}, {'u', 8, NEXAR_DTYPE_U64},
+  };
+  if (dt.byteorder() == '>') return false;  // only native (little-endian) data
   const char kind = dt.kind();
-  const auto size = dt.itemsize();
-  const char order = dt.byteorder();
-  if (order == '>') return false;  // only native (little-endian) data
-  switch (kind) {
-    case 'f':
-      if (size == 2)
-        *out = NEXAR_DTYPE_F16;
-      else if (size == 4)
-        *out = NEXAR_DTYPE_F32;
-      else if (size == 8)
-        *out = NEXAR_DTYPE_F64;
-      else
-        return false;
+  const py::ssize_t size = dt.itemsize();
+  for (const Known &k : kKnown)
+    if (k.kind == kind && k.itemsize == size) {
+      *out = k.code;
       return true;
-    case 'i':
-      if (size == 1)
-        *out = NEXAR_DTYPE_I8;
-      else if (size == 4)
-        *out = NEXAR_DTYPE_I32;
-      else if (size == 8)
-        *out = NEXAR_DTYPE_I64;
-      else
-        return false;
-      return true;
-    case 'u':
-      if (size == 1)
-        *out = NEXAR_DTYPE_U8;
-      else if (size == 4)
-        *out = NEXAR_DTYPE_U32;
-      else if (size == 8)
-        *out = NEXAR_DTYPE_U64;
-      else
-        return false;
-      return true;
-    case 'V':
-      // ml_dtypes.bfloat16 is a numpy user dtype of kind 'V'.
-      if (size == 2 && py::str(dt.attr("name")).cast<std::string>() == "bfloat16") {
-        *out = NEXAR_DTYPE_BF16;
-        return true;
-      }
-      return false;
-    default:
-      return false;
+    }
+  // ml_dtypes.bfloat16 is a numpy user dtype of kind 'V'.
+  if (kind == 'V' && size == 2 && py::str(dt.attr("name")).cast<std::string>() == "bfloat16") {
+    *out = NEXAR_DTYPE_BF16;
+    return true;
   }
+  return false;
 }
 
 std::string type_name(py::handle obj) {
