@@ -489,12 +489,20 @@ class Communicator {
   uint32_t rank_ = 0, size_ = 0;
 };
 
+// Every Communicator reaches Python through here: nexar/_support.py keeps a
+// weak reference to it, to close it at exit if it is still open.
+py::object wrap(nexar_comm_t *h) {
+  py::object comm = py::cast(std::make_unique<Communicator>(h));
+  support().attr("track")(comm);
+  return comm;
+}
+
 void Pending::materialize() {
   if (!split_out) return;
   nexar_comm_t *h = split_out;
   split_out = nullptr;
   if (status == NEXAR_OK && !result) {
-    result = py::cast(std::make_unique<Communicator>(h)).release().ptr();
+    result = wrap(h).release().ptr();
   } else {
     nexar_comm_destroy(h);
   }
@@ -655,7 +663,7 @@ py::object Communicator::split(py::handle self, int64_t color, int64_t key, bool
           return nexar_comm_split(h, c, k, &out, nullptr, nullptr);
         },
         {}, py::none(), false);
-    return py::cast(std::make_unique<Communicator>(out));
+    return wrap(out);
   }
   auto p = std::make_shared<Pending>();
   p->op = op;
@@ -943,7 +951,7 @@ py::list bootstrap_local(int64_t world_size, const py::kwargs &kw) {
   if (st != NEXAR_OK) raise_nexar(st, -1, msg, "bootstrap_local", -1);
   py::list out;
   for (nexar_comm_t *h : comms)
-    out.append(py::cast(std::make_unique<Communicator>(h)));
+    out.append(wrap(h));
   return out;
 }
 
@@ -957,7 +965,7 @@ py::object init_from_env() {
     if (st != NEXAR_OK) msg = nexar_last_error_message();
   }
   if (st != NEXAR_OK) raise_nexar(st, -1, msg, "init", -1);
-  return py::cast(std::make_unique<Communicator>(h));
+  return wrap(h);
 }
 
 // ---- Seed (for the launcher) --------------------------------------------------------

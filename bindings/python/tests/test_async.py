@@ -137,6 +137,8 @@ def test_async_split(world):
     subs = [r.wait(60) for r in reqs]
     assert sorted(s.rank for s in subs) == [0, 1]
     assert subs[0].rank == 1  # key reversed the order
+    # closed at exit like every other communicator
+    assert all(s in nexar._support._live for s in subs)
     on_ranks(subs, lambda s: s.barrier())
     for s in subs:
         s.close()
