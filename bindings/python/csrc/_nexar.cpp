@@ -158,8 +158,7 @@ class Dispatcher {
       {
         py::gil_scoped_release nogil;
         std::unique_lock<std::mutex> g(mu_);
-        cv_.wait_for(g, std::chrono::milliseconds(200),
-                     [&] { return stop_ || !done_.empty() || !logs_.empty(); });
+        cv_.wait(g, [&] { return stop_ || !done_.empty() || !logs_.empty(); });
         done.swap(done_);
         logs.swap(logs_);
         dropped = dropped_;
