@@ -155,11 +155,8 @@ class InternalError(NexarError):
     status = ERR_INTERNAL
 
 
-_BY_STATUS = {cls.status: cls for cls in (
-    InvalidArgumentError, InvalidRankError, SizeMismatchError, TimeoutError, PeerFailedError,
-    AbortedError, ClosedError, MismatchError, TLSError, AuthError, ProtocolError,
-    OutOfMemoryError, NexarIOError, UnsupportedError, NotFoundError, WouldDeadlockError,
-    InternalError)}
+# One subclass per status, each declared above.
+_BY_STATUS = {cls.status: cls for cls in NexarError.__subclasses__()}
 
 
 def make_error(status: int, failed_rank: int, message: str, op: str,
