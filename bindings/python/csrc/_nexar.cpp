@@ -23,7 +23,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -159,8 +158,7 @@ class Dispatcher {
       {
         py::gil_scoped_release nogil;
         std::unique_lock<std::mutex> g(mu_);
-        cv_.wait_for(g, std::chrono::milliseconds(200),
-                     [&] { return stop_ || !done_.empty() || !logs_.empty(); });
+        cv_.wait(g, [&] { return stop_ || !done_.empty() || !logs_.empty(); });
         done.swap(done_);
         logs.swap(logs_);
         dropped = dropped_;
@@ -292,51 +290,30 @@ const char *const kSupported =
     "float16, float32, float64, int8, int32, int64, uint8, uint32, uint64, bfloat16 (ml_dtypes)";
 
 bool dtype_code(const py::dtype &dt, nexar_dtype_t *out) {
+  struct Known {
+    char kind;
+    py::ssize_t itemsize;
+    nexar_dtype_t code;
+  };
+  static const Known kKnown[] = {
+      {'f', 2, NEXAR_DTYPE_F16}, {'f', 4, NEXAR_DTYPE_F32}, {'f', 8, NEXAR_DTYPE_F64},
+      {'i', 1, NEXAR_DTYPE_I8},  {'i', 4, NEXAR_DTYPE_I32}, {'i', 8, NEXAR_DTYPE_I64},
+      {'u', 1, NEXAR_DTYPE_U8},  {'u', 4, NEXAR_DTYPE_U32}, {'u', 8, NEXAR_DTYPE_U64},
+  };
+  if (dt.byteorder() == '>') return false;  // only native (little-endian) data
   const char kind = dt.kind();
-  const auto size = dt.itemsize();
-  const char order = dt.byteorder();
-  if (order == '>') return false;  // only native (little-endian) data
-  switch (kind) {
-    case 'f':
-      if (size == 2)
-        *out = NEXAR_DTYPE_F16;
-      else if (size == 4)
-        *out = NEXAR_DTYPE_F32;
-      else if (size == 8)
-        *out = NEXAR_DTYPE_F64;
-      else
-        return false;
+  const py::ssize_t size = dt.itemsize();
+  for (const Known &k : kKnown)
+    if (k.kind == kind && k.itemsize == size) {
+      *out = k.code;
       return true;
-    case 'i':
-      if (size == 1)
-        *out = NEXAR_DTYPE_I8;
-      else if (size == 4)
-        *out = NEXAR_DTYPE_I32;
-      else if (size == 8)
-        *out = NEXAR_DTYPE_I64;
-      else
-        return false;
-      return true;
-    case 'u':
-      if (size == 1)
-        *out = NEXAR_DTYPE_U8;
-      else if (size == 4)
-        *out = NEXAR_DTYPE_U32;
-      else if (size == 8)
-        *out = NEXAR_DTYPE_U64;
-      else
-        return false;
-      return true;
-    case 'V':
-      // ml_dtypes.bfloat16 is a numpy user dtype of kind 'V'.
-      if (size == 2 && py::str(dt.attr("name")).cast<std::string>() == "bfloat16") {
-        *out = NEXAR_DTYPE_BF16;
-        return true;
-      }
-      return false;
-    default:
-      return false;
+    }
+  // ml_dtypes.bfloat16 is a numpy user dtype of kind 'V'.
+  if (kind == 'V' && size == 2 && py::str(dt.attr("name")).cast<std::string>() == "bfloat16") {
+    *out = NEXAR_DTYPE_BF16;
+    return true;
   }
+  return false;
 }
 
 std::string type_name(py::handle obj) {
@@ -413,8 +390,6 @@ nexar_op_t check_op(int64_t op, const std::string &name) {
 
 // ---- Communicator -----------------------------------------------------------------
 
-using Submit = std::function<nexar_status_t(nexar_comm_t *, nexar_done_fn, void *)>;
-
 class Request;
 
 class Communicator {
@@ -455,10 +430,14 @@ class Communicator {
     nexar_comm_abort(h_);
   }
 
-  // Runs one operation, blocking (GIL released) or asynchronously (a Request
-  // that keeps `keep` alive until the operation has completed).
-  py::object run(const std::string &op, const Submit &submit, std::vector<py::object> keep,
-                 py::object result, bool async_op);
+  // Runs one operation, submit(handle, done, user_data): blocking (GIL
+  // released, done == NULL) or asynchronously (a Request that keeps `keep`
+  // and `result` alive until the operation has completed; None entries are
+  // skipped). Templates, so that the blocking path allocates nothing.
+  template <class Submit>
+  py::object run(const std::string &op, const Submit &submit,
+                 std::initializer_list<py::handle> keep, py::object result, bool async_op);
+  template <class Submit>
   py::object submit_async(const std::shared_ptr<Pending> &p, const Submit &submit);
   py::object split(py::handle self, int64_t color, int64_t key, bool async_op);
 
@@ -509,12 +488,20 @@ class Communicator {
   uint32_t rank_ = 0, size_ = 0;
 };
 
+// Every Communicator reaches Python through here: nexar/_support.py keeps a
+// weak reference to it, to close it at exit if it is still open.
+py::object wrap(nexar_comm_t *h) {
+  py::object comm = py::cast(std::make_unique<Communicator>(h));
+  support().attr("track")(comm);
+  return comm;
+}
+
 void Pending::materialize() {
   if (!split_out) return;
   nexar_comm_t *h = split_out;
   split_out = nullptr;
   if (status == NEXAR_OK && !result) {
-    result = py::cast(std::make_unique<Communicator>(h)).release().ptr();
+    result = wrap(h).release().ptr();
   } else {
     nexar_comm_destroy(h);
   }
@@ -599,8 +586,10 @@ class Request {
   std::shared_ptr<Pending> p_;
 };
 
+template <class Submit>
 py::object Communicator::run(const std::string &op, const Submit &submit,
-                             std::vector<py::object> keep, py::object result, bool async_op) {
+                             std::initializer_list<py::handle> keep, py::object result,
+                             bool async_op) {
   if (!async_op) {
     nexar_status_t st = NEXAR_OK;
     std::string msg;
@@ -631,12 +620,13 @@ py::object Communicator::run(const std::string &op, const Submit &submit,
   auto p = std::make_shared<Pending>();
   p->op = op;
   p->comm_rank = rank_;
-  for (auto &o : keep)
-    p->keep.push_back(o.inc_ref().ptr());
-  if (!result.is_none()) p->result = result.inc_ref().ptr();
+  for (py::handle h : keep)
+    if (h && !h.is_none()) p->keep.push_back(h.inc_ref().ptr());
+  if (!result.is_none()) p->result = result.release().ptr();
   return submit_async(p, submit);
 }
 
+template <class Submit>
 py::object Communicator::submit_async(const std::shared_ptr<Pending> &p, const Submit &submit) {
   auto *holder = new std::shared_ptr<Pending>(p);
   nexar_status_t st = NEXAR_OK;
@@ -672,7 +662,7 @@ py::object Communicator::split(py::handle self, int64_t color, int64_t key, bool
           return nexar_comm_split(h, c, k, &out, nullptr, nullptr);
         },
         {}, py::none(), false);
-    return py::cast(std::make_unique<Communicator>(out));
+    return wrap(out);
   }
   auto p = std::make_shared<Pending>();
   p->op = op;
@@ -707,13 +697,6 @@ size_t blocks_of(const View &v, uint32_t size, const std::string &op) {
   return v.count / size;
 }
 
-std::vector<py::object> keep_of(std::initializer_list<py::handle> objs) {
-  std::vector<py::object> out;
-  for (py::handle h : objs)
-    if (h && !h.is_none()) out.push_back(py::reinterpret_borrow<py::object>(h));
-  return out;
-}
-
 uint32_t check_tag(int64_t tag, const std::string &op) {
   if (tag < 0 || tag > UINT32_MAX) throw py::value_error(op + ": tag must be in 0..2**32-1");
   return static_cast<uint32_t>(tag);
@@ -731,7 +714,7 @@ py::object in_place(Communicator &c, const std::string &name, py::object buf, in
   const nexar_dtype_t t = v.dtype;
   return c.run(
       name, [=](nexar_comm_t *h, nexar_done_fn f, void *u) { return fn(h, d, d, n, t, o, f, u); },
-      keep_of({buf, v.arr}), buf, async_op);
+      {buf, v.arr}, buf, async_op);
 }
 
 py::object all_reduce(Communicator &c, py::object buf, int64_t op, bool async_op) {
@@ -756,7 +739,7 @@ py::object broadcast(Communicator &c, py::object buf, int64_t root, bool async_o
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_broadcast(h, d, n, t, r, f, u);
       },
-      keep_of({buf, v.arr}), buf, async_op);
+      {buf, v.arr}, buf, async_op);
 }
 
 py::object reduce(Communicator &c, py::object buf, int64_t op, int64_t root, bool async_op) {
@@ -772,7 +755,7 @@ py::object reduce(Communicator &c, py::object buf, int64_t op, int64_t root, boo
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_reduce(h, d, d, n, t, o, r, f, u);
       },
-      keep_of({buf, v.arr}), buf, async_op);
+      {buf, v.arr}, buf, async_op);
 }
 
 py::object all_gather(Communicator &c, py::object buf, py::object out, bool async_op) {
@@ -791,7 +774,7 @@ py::object all_gather(Communicator &c, py::object buf, py::object out, bool asyn
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_allgather(h, s, d, n, t, f, u);
       },
-      keep_of({buf, in.arr, out, o.arr}), result, async_op);
+      {buf, in.arr, out, o.arr}, result, async_op);
 }
 
 py::object reduce_scatter(Communicator &c, py::object buf, int64_t op, py::object out,
@@ -810,7 +793,7 @@ py::object reduce_scatter(Communicator &c, py::object buf, int64_t op, py::objec
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_reduce_scatter(h, s, d, block, t, op_, f, u);
       },
-      keep_of({buf, in.arr, out, o.arr}), result, async_op);
+      {buf, in.arr, out, o.arr}, result, async_op);
 }
 
 py::object all_to_all(Communicator &c, py::object buf, py::object out, bool async_op) {
@@ -827,7 +810,7 @@ py::object all_to_all(Communicator &c, py::object buf, py::object out, bool asyn
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_alltoall(h, s, d, block, t, f, u);
       },
-      keep_of({buf, in.arr, out, o.arr}), result, async_op);
+      {buf, in.arr, out, o.arr}, result, async_op);
 }
 
 py::object gather(Communicator &c, py::object buf, int64_t root, py::object out, bool async_op) {
@@ -843,7 +826,7 @@ py::object gather(Communicator &c, py::object buf, int64_t root, py::object out,
         [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
           return nexar_gather(h, s, nullptr, n, t, r, f, u);
         },
-        keep_of({buf, in.arr}), py::none(), async_op);
+        {buf, in.arr}, py::none(), async_op);
   std::vector<py::ssize_t> shape = shape_of(in.arr);
   shape.insert(shape.begin(), c.size());
   View o = out_view(out, in, shape, n * c.size(), name);
@@ -854,7 +837,7 @@ py::object gather(Communicator &c, py::object buf, int64_t root, py::object out,
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_gather(h, s, d, n, t, r, f, u);
       },
-      keep_of({buf, in.arr, out, o.arr}), result, async_op);
+      {buf, in.arr, out, o.arr}, result, async_op);
 }
 
 py::object scatter(Communicator &c, py::object buf, int64_t root, py::object out, bool async_op) {
@@ -883,7 +866,7 @@ py::object scatter(Communicator &c, py::object buf, int64_t root, py::object out
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_scatter(h, s, d, n, t, r, f, u);
       },
-      keep_of({buf, in.arr, out, o.arr}), result, async_op);
+      {buf, in.arr, out, o.arr}, result, async_op);
 }
 
 py::object barrier(Communicator &c, bool async_op) {
@@ -902,7 +885,7 @@ py::object send(Communicator &c, py::object buf, int64_t dest, int64_t tag, bool
   return c.run(
       name,
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) { return nexar_send(h, d, n, to, tg, f, u); },
-      keep_of({buf, v.arr}), py::none(), async_op);
+      {buf, v.arr}, py::none(), async_op);
 }
 
 py::object recv(Communicator &c, py::object buf, int64_t source, int64_t tag, bool async_op) {
@@ -917,7 +900,7 @@ py::object recv(Communicator &c, py::object buf, int64_t source, int64_t tag, bo
       [=](nexar_comm_t *h, nexar_done_fn f, void *u) {
         return nexar_recv(h, d, n, from, tg, f, u);
       },
-      keep_of({buf, v.arr}), buf, async_op);
+      {buf, v.arr}, buf, async_op);
 }
 
 // ---- Creating communicators -------------------------------------------------------
@@ -967,7 +950,7 @@ py::list bootstrap_local(int64_t world_size, const py::kwargs &kw) {
   if (st != NEXAR_OK) raise_nexar(st, -1, msg, "bootstrap_local", -1);
   py::list out;
   for (nexar_comm_t *h : comms)
-    out.append(py::cast(std::make_unique<Communicator>(h)));
+    out.append(wrap(h));
   return out;
 }
 
@@ -981,7 +964,7 @@ py::object init_from_env() {
     if (st != NEXAR_OK) msg = nexar_last_error_message();
   }
   if (st != NEXAR_OK) raise_nexar(st, -1, msg, "init", -1);
-  return py::cast(std::make_unique<Communicator>(h));
+  return wrap(h);
 }
 
 // ---- Seed (for the launcher) --------------------------------------------------------

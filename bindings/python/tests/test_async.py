@@ -20,7 +20,6 @@ def test_asyncio_several_outstanding(world):
         p2p = [comms[0].send(np.arange(3.0), 1, tag=1, async_op=True),
                comms[1].recv(np.zeros(3), 0, tag=1, async_op=True)]
         barriers = [c.barrier(async_op=True) for c in comms]
-        assert sum(not r.done() for r in reqs + gathers + p2p + barriers) >= 0
         results = await asyncio.gather(*reqs)
         gathered = await asyncio.gather(*gathers)
         sent, received = await asyncio.gather(*p2p)
@@ -138,6 +137,8 @@ def test_async_split(world):
     subs = [r.wait(60) for r in reqs]
     assert sorted(s.rank for s in subs) == [0, 1]
     assert subs[0].rank == 1  # key reversed the order
+    # closed at exit like every other communicator
+    assert all(s in nexar._support._live for s in subs)
     on_ranks(subs, lambda s: s.barrier())
     for s in subs:
         s.close()

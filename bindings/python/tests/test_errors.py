@@ -139,3 +139,8 @@ def test_error_classes():
     again = pickle.loads(pickle.dumps(e))
     assert type(again) is nexar.PeerFailedError and again.rank == 3
     assert issubclass(nexar.AuthError, nexar.NexarError)
+    # one class per status, exported by the package
+    assert sorted(st._BY_STATUS) == sorted(st._NAMES)
+    for status, cls in st._BY_STATUS.items():
+        assert getattr(nexar, cls.__name__) is cls and cls.__name__ in nexar.__all__
+        assert type(st.make_error(status, -1, "", "op", -1)) is cls

@@ -33,6 +33,12 @@ def test_unhandled_exception_stops_the_job():
     assert "passed a barrier" not in r.stdout
 
 
+def test_exit_status_of_a_single_rank():
+    r = launch(1, os.path.join(HERE, "mp", "exit_code.py"))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "nexar.run: failed: rank 0 exited with status 3" in r.stderr
+
+
 def test_data_parallel_logistic_regression_matches_single_process(tmp_path):
     out = tmp_path / "w.npy"
     r = launch(4, os.path.join(HERE, "mp", "train.py"), str(out))

@@ -25,7 +25,7 @@ import threading
 import weakref
 from typing import Any, Callable, List
 
-from . import _nexar
+from . import _nexar, _support
 from ._nexar import Communicator, Request, Seed
 from ._support import (AbortedError, AuthError, ClosedError, InternalError, InvalidArgumentError,
                        InvalidRankError, MismatchError, NexarError, NexarIOError, NotFoundError,
@@ -59,15 +59,9 @@ def version() -> str:
     return _nexar.version()
 
 
-# ---- Communicators made here, closed at exit ------------------------------------
+# ---- Communicators (every one is closed at exit: _support.track) ------------------
 
-_live: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
 _from_env: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
-
-
-def _track(comm: Communicator) -> Communicator:
-    _live.add(comm)
-    return comm
 
 
 def bootstrap_local(world_size: int, **options: float) -> List[Communicator]:
@@ -79,7 +73,7 @@ def bootstrap_local(world_size: int, **options: float) -> List[Communicator]:
     connect_timeout, heartbeat_interval, heartbeat_timeout (defaults from
     the NEXAR_* environment, see docs/configuration.md).
     """
-    return [_track(c) for c in _nexar.bootstrap_local(world_size, **options)]
+    return _nexar.bootstrap_local(world_size, **options)
 
 
 def init() -> Communicator:
@@ -91,7 +85,7 @@ def init() -> Communicator:
     exception in this process then aborts the communicator, so that the other
     ranks fail at once instead of waiting for their timeouts.
     """
-    comm = _track(_nexar.init())
+    comm = _nexar.init()
     _from_env.add(comm)
     _install_excepthook()
     return comm
@@ -166,19 +160,6 @@ Request.__await__ = _request_await  # type: ignore[attr-defined]
 Request.add_done_callback = _request_add_done_callback  # type: ignore[attr-defined]
 Request.result = Request.wait  # type: ignore[attr-defined]
 
-_split = Communicator.split
-
-
-def _split_tracked(self: Communicator, color: int, key: int = 0, *, async_op: bool = False):
-    out = _split(self, color, key, async_op=async_op)
-    if isinstance(out, Communicator):
-        _track(out)
-    return out
-
-
-_split_tracked.__doc__ = _split.__doc__
-Communicator.split = _split_tracked  # type: ignore[method-assign]
-
 
 # ---- The dispatch thread: completions and log lines reach Python here ----------------
 
@@ -188,7 +169,7 @@ _nexar._install_log_sink()
 
 
 def _shutdown() -> None:
-    for comm in list(_live):
+    for comm in list(_support._live):
         try:
             comm.close()
         except Exception:  # noqa: BLE001 - exiting anyway

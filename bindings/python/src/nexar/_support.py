@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import weakref
 from typing import Optional
 
 # Status codes of include/nexar.h (their values never change).
@@ -154,11 +155,8 @@ class InternalError(NexarError):
     status = ERR_INTERNAL
 
 
-_BY_STATUS = {cls.status: cls for cls in (
-    InvalidArgumentError, InvalidRankError, SizeMismatchError, TimeoutError, PeerFailedError,
-    AbortedError, ClosedError, MismatchError, TLSError, AuthError, ProtocolError,
-    OutOfMemoryError, NexarIOError, UnsupportedError, NotFoundError, WouldDeadlockError,
-    InternalError)}
+# One subclass per status, each declared above.
+_BY_STATUS = {cls.status: cls for cls in NexarError.__subclasses__()}
 
 
 def make_error(status: int, failed_rank: int, message: str, op: str,
@@ -168,3 +166,13 @@ def make_error(status: int, failed_rank: int, message: str, op: str,
     return cls(message or _NAMES.get(status, "unknown failure"), status,
                None if failed_rank < 0 else failed_rank, op,
                None if comm_rank < 0 else comm_rank)
+
+
+# Every Communicator the native module makes (init, bootstrap_local, split,
+# blocking or not), closed at exit by nexar/__init__.py if still open.
+_live: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def track(comm) -> None:
+    """Called by the native module for each new Communicator."""
+    _live.add(comm)

@@ -154,7 +154,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         while True:
             with _exits_lock:
-                ended = len(_exits)
+                exited = len(_exits)
             running = [p for p in procs if p.returncode is None]
             # The first rank to fail stops the others.
             if failed_rank < 0 and stop_at is None:
@@ -187,7 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         _say(f"the world did not form: {message}")
                     seed.stop()
                     seed = None
-            if ended == len(procs):
+            if exited == len(procs):
                 break
             time.sleep(0.05)
     finally:
