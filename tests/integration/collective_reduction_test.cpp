@@ -317,7 +317,7 @@ void check_allreduce(const World &w, size_t count, nexar_dtype_t dt, nexar_op_t 
   const std::vector<uint8_t> want = reference(in, count, dt, op);
   if (in_place) out = in;
   run(w, [&](uint32_t r) {
-    void *recv = in_place ? out[r].data() : out[r].data();
+    void *recv = out[r].data();  // in place: out[r] holds the input
     const void *send = in_place ? recv : in[r].data();
     return nexar_allreduce(w[r], count ? send : nullptr, count ? recv : nullptr, count, dt, op,
                            nullptr, nullptr);
@@ -723,6 +723,16 @@ TEST(BroadcastUnderEnv, DISABLED_SweepWithTheForcedAlgorithm) {
   for (uint32_t n : {2u, 3u, 6u, 13u}) {
     World w(n);
     ASSERT_TRUE(w.ok());
+    if (strcmp(algo, "bogus") == 0) {  // proves the variable is read
+      on_each_rank(n, [&](uint32_t r) {
+        uint64_t x = 1;
+        EXPECT_EQ(nexar_broadcast(w[r], &x, 1, NEXAR_DTYPE_U64, 0, nullptr, nullptr),
+                  NEXAR_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(strstr(nexar_last_error_message(), "NEXAR_BROADCAST_ALGO"), nullptr)
+            << nexar_last_error_message();
+      });
+      return;
+    }
     uint64_t salt = 8000;
     for (uint32_t root : {0u, 1u, n - 1})
       for (size_t count :
@@ -732,7 +742,7 @@ TEST(BroadcastUnderEnv, DISABLED_SweepWithTheForcedAlgorithm) {
 }
 
 TEST(Broadcast, ForcedAlgorithms) {
-  for (const char *algo : {"binomial", "chain", "scatter_allgather"}) {
+  for (const char *algo : {"binomial", "chain", "scatter_allgather", "bogus"}) {
     std::string out;
     const int status =
         run_child(std::string("NEXAR_BROADCAST_ALGO=") + algo, "BroadcastUnderEnv.*", &out);

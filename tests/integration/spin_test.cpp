@@ -3,7 +3,9 @@
 // been idle for spin_us it must go back to sleeping and be woken again.
 // These tests alternate bursts (spinning) with pauses (sleeping) and check
 // every result, so a command stranded by the hand-over would hang the test
-// until its deadline and fail it.
+// until its deadline and fail it; and they check, by the CPU time the
+// process uses while nothing happens, that the loops spin and then sleep.
+#include <time.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -19,13 +21,42 @@ namespace {
 
 nexar_comm_options_t spin_options(uint32_t spin_us) {
   nexar_comm_options_t o;
-  nexar_comm_options_init(&o, sizeof o);
+  EXPECT_EQ(nexar_comm_options_init(&o, sizeof o), NEXAR_OK);
   o.spin_us = spin_us;
   o.collective_timeout_ms = 30000;
   return o;
 }
 
+// CPU time (ms) the whole process uses while the calling thread sleeps for ms.
+double cpu_ms_while_sleeping(int ms) {
+  auto cpu_ms = [] {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+  };
+  const double before = cpu_ms();
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return cpu_ms() - before;
+}
+
 }  // namespace
+
+// Within spin_us of their last activity the I/O loops poll (the process
+// burns CPU although nothing happens); idle for longer, they sleep again.
+TEST(SpinPolling, LoopsSpinAfterActivityThenSleep) {
+  nexar_comm_options_t opts = spin_options(500'000);
+  // A keep-alive is activity too: keep them out of the measured 1.4 s.
+  opts.heartbeat_interval_ms = 10'000;
+  opts.heartbeat_timeout_ms = 60'000;
+  World w(2, &opts);
+  ASSERT_TRUE(w.ok());
+  on_each_rank(w.size(), [&](uint32_t r) { NX_OK(nexar_barrier(w[r], nullptr, nullptr)); });
+  const double spinning = cpu_ms_while_sleeping(200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const double sleeping = cpu_ms_while_sleeping(200);
+  EXPECT_GE(spinning, 20.0) << "CPU ms used in 200 ms inside the spin window";
+  EXPECT_LE(sleeping, 20.0) << "CPU ms used in 200 ms after the spin window";
+}
 
 TEST(SpinPolling, BlockingCollectivesAndMessagesAcrossSpinAndSleep) {
   const nexar_comm_options_t opts = spin_options(300);
