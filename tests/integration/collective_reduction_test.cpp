@@ -472,24 +472,6 @@ TEST(AllreduceUnderEnv, DISABLED_SweepWithTheForcedAlgorithm) {
   }
 }
 
-// Runs this test binary again with env set and the given filter; returns its
-// exit status and output.
-int run_child(const std::string &env, const std::string &filter, std::string *output) {
-  char exe[4096];
-  const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (len <= 0) return -1;
-  exe[len] = 0;
-  const std::string cmd = "env NEXAR_TEST_CHILD=1 " + env + " '" + exe +
-                          "' --gtest_also_run_disabled_tests --gtest_filter='" + filter + "' 2>&1";
-  FILE *p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, p)) > 0)
-    output->append(buf, k);
-  return pclose(p);
-}
-
 TEST(Allreduce, ForcedAlgorithms) {
   for (const char *algo : {"recursive_doubling", "halving_doubling", "ring", "bogus"}) {
     std::string out;

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 #include <nexar.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -173,6 +175,24 @@ inline nexar_stats_t stats(nexar_comm_t *comm) {
   st.struct_size = sizeof st;
   EXPECT_EQ(nexar_comm_get_stats(comm, &st), NEXAR_OK);
   return st;
+}
+
+// Runs this test binary again with env set and the given filter; returns its
+// exit status and output.
+inline int run_child(const std::string &env, const std::string &filter, std::string *output) {
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len <= 0) return -1;
+  exe[len] = 0;
+  const std::string cmd = "env NEXAR_TEST_CHILD=1 " + env + " '" + exe +
+                          "' --gtest_also_run_disabled_tests --gtest_filter='" + filter + "' 2>&1";
+  FILE *p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf, p)) > 0)
+    output->append(buf, k);
+  return pclose(p);
 }
 
 }  // namespace nexar_test
