@@ -359,6 +359,10 @@ typedef struct nexar_stats {
   uint64_t relay_bytes_forwarded; /* payload bytes this engine forwarded for other ranks */
   uint64_t relay_frames_dropped;  /* malformed, misrouted or undeliverable relay frames */
   uint64_t relay_bytes_held;      /* bytes held now for forwarding (bounded per neighbour) */
+
+  /* Packet protection */
+  uint64_t packets_fast_aead; /* QUIC packets sealed or opened with ipsec-mb's AES-GCM rather
+                                 than GnuTLS's (0 without libipsec-mb or with NEXAR_FAST_AEAD=0) */
 } nexar_stats_t;
 
 /** Fills stats (stats->struct_size must be set by the caller). */

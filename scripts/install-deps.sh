@@ -6,6 +6,9 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config clang-format
       libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libev-dev libmimalloc-dev
       libgtest-dev iproute2 binutils "$@")
+# ipsec-mb's AES-GCM protects packets ~3x faster than GnuTLS's (x86-64 only;
+# without it the build keeps GnuTLS: src/transport/packet_cipher.h).
+[ "$(dpkg --print-architecture)" = amd64 ] && pkgs+=(libipsec-mb-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -40,7 +40,11 @@ Status from_ngtcp2(const char *what, int rc) {
 
 QuicConnection::QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, bool is_client,
                                uint32_t expected_peer_rank)
-    : ep_(ep), handler_(handler), is_client_(is_client), expected_peer_rank_(expected_peer_rank) {
+    : ep_(ep),
+      handler_(handler),
+      is_client_(is_client),
+      expected_peer_rank_(expected_peer_rank),
+      cipher_(&ep->stats().packets_fast_aead) {
   conn_ref_.get_conn = &QuicConnection::get_conn;
   conn_ref_.user_data = this;
   ev_init(&timer_, &QuicConnection::on_timer);
@@ -76,12 +80,12 @@ void QuicConnection::fill_callbacks(ngtcp2_callbacks *cb) {
   cb->client_initial = ngtcp2_crypto_client_initial_cb;
   cb->recv_client_initial = ngtcp2_crypto_recv_client_initial_cb;
   cb->recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
-  cb->encrypt = ngtcp2_crypto_encrypt_cb;
-  cb->decrypt = ngtcp2_crypto_decrypt_cb;
+  cb->encrypt = PacketCipher::encrypt;
+  cb->decrypt = PacketCipher::decrypt;
   cb->hp_mask = ngtcp2_crypto_hp_mask_cb;
   cb->recv_retry = ngtcp2_crypto_recv_retry_cb;
-  cb->update_key = ngtcp2_crypto_update_key_cb;
-  cb->delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
+  cb->update_key = cb_update_key;
+  cb->delete_crypto_aead_ctx = cb_delete_crypto_aead_ctx;
   cb->delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
   cb->get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
   cb->version_negotiation = ngtcp2_crypto_version_negotiation_cb;
@@ -136,6 +140,7 @@ Status QuicConnection::setup_tls() {
   rc = is_client_ ? ngtcp2_crypto_gnutls_configure_client_session(session_)
                   : ngtcp2_crypto_gnutls_configure_server_session(session_);
   if (rc != 0) return error(NEXAR_ERR_TLS, "ngtcp2_crypto_gnutls_configure_session failed");
+  gnutls_handshake_set_secret_function(session_, &QuicConnection::cb_tls_secret);
   if ((rc = gnutls_priority_set_direct(session_, kTlsPriority, nullptr)) < 0)
     return error(NEXAR_ERR_TLS, format("gnutls_priority_set_direct: %s", gnutls_strerror(rc)));
   if ((rc = gnutls_credentials_set(session_, GNUTLS_CRD_CERTIFICATE, ep_->credentials()->get())) <
@@ -307,6 +312,59 @@ int QuicConnection::cb_remove_connection_id(ngtcp2_conn *, const ngtcp2_cid *cid
 
 void QuicConnection::cb_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *) {
   gnutls_rnd(GNUTLS_RND_RANDOM, dest, len);
+}
+
+namespace {
+size_t negotiated_keylen(ngtcp2_conn *conn) {
+  return ngtcp2_crypto_aead_keylen(&ngtcp2_conn_get_crypto_ctx(conn)->aead);
+}
+}  // namespace
+
+int QuicConnection::cb_tls_secret(gnutls_session_t session,
+                                  gnutls_record_encryption_level_t gtls_level,
+                                  const void *rx_secret, const void *tx_secret, size_t secretlen) {
+  auto *ref = static_cast<ngtcp2_crypto_conn_ref *>(gnutls_session_get_ptr(session));
+  auto *self = static_cast<QuicConnection *>(ref->user_data);
+  const ngtcp2_crypto_level level =
+      ngtcp2_crypto_gnutls_from_gnutls_record_encryption_level(gtls_level);
+  // Only 1-RTT keys carry bulk data; the handshake's stay on GnuTLS alone.
+  const bool offer = level == NGTCP2_CRYPTO_LEVEL_APPLICATION;
+  uint8_t key[64];
+  if (rx_secret && ngtcp2_crypto_derive_and_install_rx_key(
+                       self->conn_, offer ? key : nullptr, nullptr, nullptr, level,
+                       static_cast<const uint8_t *>(rx_secret), secretlen) != 0)
+    return -1;
+  if (rx_secret && offer) self->cipher_.offer(key, negotiated_keylen(self->conn_));
+  if (tx_secret && ngtcp2_crypto_derive_and_install_tx_key(
+                       self->conn_, offer ? key : nullptr, nullptr, nullptr, level,
+                       static_cast<const uint8_t *>(tx_secret), secretlen) != 0)
+    return -1;
+  if (tx_secret && offer) self->cipher_.offer(key, negotiated_keylen(self->conn_));
+  gnutls_memset(key, 0, sizeof key);
+  return 0;
+}
+
+int QuicConnection::cb_update_key(ngtcp2_conn *conn, uint8_t *rx_secret, uint8_t *tx_secret,
+                                  ngtcp2_crypto_aead_ctx *rx_aead_ctx, uint8_t *rx_iv,
+                                  ngtcp2_crypto_aead_ctx *tx_aead_ctx, uint8_t *tx_iv,
+                                  const uint8_t *current_rx_secret,
+                                  const uint8_t *current_tx_secret, size_t secretlen, void *ud) {
+  auto *self = static_cast<QuicConnection *>(ud);
+  uint8_t rx_key[64], tx_key[64];
+  if (ngtcp2_crypto_update_key(conn, rx_secret, tx_secret, rx_aead_ctx, rx_key, rx_iv, tx_aead_ctx,
+                               tx_key, tx_iv, current_rx_secret, current_tx_secret, secretlen) != 0)
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  self->cipher_.offer(rx_key, negotiated_keylen(conn));
+  self->cipher_.offer(tx_key, negotiated_keylen(conn));
+  gnutls_memset(rx_key, 0, sizeof rx_key);
+  gnutls_memset(tx_key, 0, sizeof tx_key);
+  return 0;
+}
+
+void QuicConnection::cb_delete_crypto_aead_ctx(ngtcp2_conn *conn, ngtcp2_crypto_aead_ctx *ctx,
+                                               void *ud) {
+  static_cast<QuicConnection *>(ud)->cipher_.forget(ctx);
+  ngtcp2_crypto_delete_crypto_aead_ctx_cb(conn, ctx, ud);
 }
 
 int QuicConnection::cb_stream_reset(ngtcp2_conn *, int64_t sid, uint64_t, uint64_t, void *ud,
@@ -615,6 +673,7 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
   ngtcp2_path path = path_;
   path.remote = {const_cast<sockaddr *>(from.sa()), from.len};
   ngtcp2_pkt_info pi{};
+  const PacketCipher::Scope cipher(&cipher_);
   int rc = ngtcp2_conn_read_pkt(conn_, &path, &pi, data, len, ts);
   if (rc == 0) {
     ep_->mark_dirty(this);
@@ -659,6 +718,7 @@ bool QuicConnection::write() {
   bool hit_limit = false;
   ngtcp2_vec vecs[16];
   ngtcp2_pkt_info pi{};
+  const PacketCipher::Scope cipher(&cipher_);
   for (;;) {
     SendStream *st = pick_stream();
     size_t nvec = st ? build_vecs(*st, vecs, 16) : 0;
@@ -758,6 +818,7 @@ void QuicConnection::close(uint64_t app_error, const Status &why) {
       ngtcp2_connection_close_error_set_application_error(&ccerr, app_error, nullptr, 0);
     ngtcp2_pkt_info pi{};
     uint8_t *buf = ep_->tx_buffer();
+    const PacketCipher::Scope cipher(&cipher_);
     ngtcp2_ssize n = ngtcp2_conn_write_connection_close(
         conn_, nullptr, &pi, buf, ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_), &ccerr,
         now_ns());

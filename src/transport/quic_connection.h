@@ -27,6 +27,7 @@
 #include "core/status.h"
 #include "transport/codec.h"
 #include "transport/frame.h"
+#include "transport/packet_cipher.h"
 #include "transport/socket_address.h"
 #include "transport/tls_credentials.h"
 
@@ -209,6 +210,16 @@ class QuicConnection {
                                       void *ud);
   static int cb_remove_connection_id(ngtcp2_conn *, const ngtcp2_cid *cid, void *ud);
   static void cb_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx);
+  static int cb_update_key(ngtcp2_conn *, uint8_t *rx_secret, uint8_t *tx_secret,
+                           ngtcp2_crypto_aead_ctx *rx_aead_ctx, uint8_t *rx_iv,
+                           ngtcp2_crypto_aead_ctx *tx_aead_ctx, uint8_t *tx_iv,
+                           const uint8_t *current_rx_secret, const uint8_t *current_tx_secret,
+                           size_t secretlen, void *ud);
+  static void cb_delete_crypto_aead_ctx(ngtcp2_conn *, ngtcp2_crypto_aead_ctx *ctx, void *ud);
+  // GnuTLS's secret callback: what ngtcp2_crypto_gnutls installs, plus
+  // offering the 1-RTT keys to cipher_.
+  static int cb_tls_secret(gnutls_session_t, gnutls_record_encryption_level_t level,
+                           const void *rx_secret, const void *tx_secret, size_t secretlen);
   static int cb_stream_reset(ngtcp2_conn *, int64_t sid, uint64_t final_size, uint64_t code,
                              void *ud, void *sud);
   static void on_timer(struct ev_loop *, ev_timer *w, int);
@@ -222,6 +233,7 @@ class QuicConnection {
   ngtcp2_conn *conn_ = nullptr;
   gnutls_session_t session_ = nullptr;
   ngtcp2_crypto_conn_ref conn_ref_;
+  PacketCipher cipher_;  // 1-RTT packet protection on the fast AEAD when it has the key
   ngtcp2_path path_;
   ev_timer timer_;
   bool closed_ = false;

@@ -22,6 +22,7 @@ namespace nexar {
 struct TransportStats {
   uint64_t bytes_sent = 0, bytes_received = 0, messages_sent = 0, messages_received = 0;
   uint64_t streams_opened = 0, streams_accepted = 0;
+  uint64_t packets_fast_aead = 0;  // sealed or opened by PacketCipher's fast path
 };
 
 class QuicEndpoint {

@@ -1,0 +1,238 @@
+#include "transport/packet_cipher.h"
+
+#include <gnutls/gnutls.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/config.h"
+#include "core/log.h"
+
+#ifdef NEXAR_HAVE_IPSEC_MB
+#include <intel-ipsec-mb.h>
+#endif
+
+namespace nexar {
+namespace {
+
+constexpr size_t kKeyLen = 16, kNonceLen = 12, kTagLen = 16;
+// Offered keys kept while no context uses them: the current and the next
+// generation of a key update, both directions, with room to spare.
+constexpr size_t kMaxIdleKeys = 8;
+
+thread_local PacketCipher *t_current = nullptr;
+
+bool tags_equal(const uint8_t *a, const uint8_t *b) {
+  uint8_t diff = 0;  // constant time: a forged tag learns nothing from timing
+  for (size_t i = 0; i < kTagLen; ++i)
+    diff |= static_cast<uint8_t>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+#ifdef NEXAR_HAVE_IPSEC_MB
+// The manager only supplies function pointers chosen for this CPU; the GCM
+// functions keep their state in the caller's key and context structs, so one
+// manager serves every thread.
+struct Library {
+  IMB_MGR *mgr = nullptr;
+  bool enabled = false;
+  Library() {
+    const char *v = env("NEXAR_FAST_AEAD");
+    if (v && strcmp(v, "0") == 0) return;
+    mgr = alloc_mb_mgr(0);
+    if (!mgr) return;
+    init_mb_mgr_auto(mgr, nullptr);
+    enabled = imb_get_errno(mgr) == 0 && mgr->used_arch >= IMB_ARCH_SSE;
+  }
+  ~Library() {
+    if (mgr) free_mb_mgr(mgr);
+  }
+};
+const Library &library() {
+  static const Library lib;
+  return lib;
+}
+#endif
+
+}  // namespace
+
+struct alignas(64) PacketCipher::Key {
+#ifdef NEXAR_HAVE_IPSEC_MB
+  gcm_key_data data;
+  ~Key() {
+    gnutls_memset(&data, 0, sizeof data);
+  }  // the key schedule is the key
+#endif
+  void seal(uint8_t *dest, const uint8_t *src, size_t len, const uint8_t *nonce, const uint8_t *aad,
+            size_t aadlen) const {
+#ifdef NEXAR_HAVE_IPSEC_MB
+    gcm_context_data ctx;
+    IMB_AES128_GCM_ENC(library().mgr, &data, &ctx, dest, src, len, nonce, aad, aadlen, dest + len,
+                       kTagLen);
+#else
+    (void)dest, (void)src, (void)len, (void)nonce, (void)aad, (void)aadlen;
+#endif
+  }
+  // Writes len - kTagLen bytes of plaintext; false if the tag is wrong.
+  bool open(uint8_t *dest, const uint8_t *src, size_t len, const uint8_t *nonce, const uint8_t *aad,
+            size_t aadlen) const {
+#ifdef NEXAR_HAVE_IPSEC_MB
+    gcm_context_data ctx;
+    uint8_t tag[kTagLen];
+    const size_t n = len - kTagLen;
+    uint8_t received[kTagLen];
+    memcpy(received, src + n, kTagLen);  // dest may be src
+    IMB_AES128_GCM_DEC(library().mgr, &data, &ctx, dest, src, n, nonce, aad, aadlen, tag, kTagLen);
+    return tags_equal(tag, received);
+#else
+    (void)dest, (void)src, (void)len, (void)nonce, (void)aad, (void)aadlen;
+    return false;
+#endif
+  }
+};
+
+PacketCipher::PacketCipher(uint64_t *fast_packets) : fast_packets_(fast_packets) {}
+PacketCipher::~PacketCipher() = default;
+
+bool PacketCipher::available() {
+#ifdef NEXAR_HAVE_IPSEC_MB
+  return library().enabled;
+#else
+  return false;
+#endif
+}
+
+const char *PacketCipher::implementation() {
+#ifdef NEXAR_HAVE_IPSEC_MB
+  if (!available()) return "gnutls";
+  switch (library().mgr->used_arch) {
+    case IMB_ARCH_AVX512:
+      return "ipsec-mb avx512";
+    case IMB_ARCH_AVX2:
+      return "ipsec-mb avx2";
+    case IMB_ARCH_AVX:
+      return "ipsec-mb avx";
+    default:
+      return "ipsec-mb sse";
+  }
+#else
+  return "gnutls";
+#endif
+}
+
+void PacketCipher::offer(const uint8_t *key, size_t keylen) {
+  if (keylen != kKeyLen || !available()) return;
+  if (keys_.size() >= kMaxIdleKeys) {
+    // Drop the oldest key no context uses (a generation never adopted).
+    auto idle = std::find_if(keys_.begin(), keys_.end(), [&](const std::unique_ptr<Key> &k) {
+      return std::none_of(entries_.begin(), entries_.end(),
+                          [&](const Entry &e) { return e.key == k.get(); });
+    });
+    if (idle != keys_.end()) keys_.erase(idle);
+  }
+  auto k = std::make_unique<Key>();
+#ifdef NEXAR_HAVE_IPSEC_MB
+  IMB_AES128_GCM_PRE(library().mgr, key, &k->data);
+#endif
+  keys_.push_back(std::move(k));
+}
+
+void PacketCipher::forget(const ngtcp2_crypto_aead_ctx *ctx) {
+  std::erase_if(entries_, [&](const Entry &e) { return e.handle == ctx->native_handle; });
+}
+
+const PacketCipher::Entry *PacketCipher::find(const void *handle) const {
+  for (const Entry &e : entries_)
+    if (e.handle == handle) return &e;
+  return nullptr;
+}
+
+void PacketCipher::decide(const void *handle, const uint8_t *plaintext, size_t len,
+                          const uint8_t *sealed, const uint8_t *nonce, const uint8_t *aad,
+                          size_t aadlen) {
+  scratch_.resize(len + kTagLen);
+  const Key *adopted = nullptr;
+  for (const auto &k : keys_) {
+    k->seal(scratch_.data(), plaintext, len, nonce, aad, aadlen);
+    if (memcmp(scratch_.data(), sealed, len + kTagLen) == 0) {
+      adopted = k.get();
+      break;
+    }
+  }
+  entries_.push_back({handle, adopted});
+}
+
+bool PacketCipher::suitable(const ngtcp2_crypto_aead *aead, size_t noncelen) {
+  return noncelen == kNonceLen && aead->max_overhead == kTagLen;
+}
+
+PacketCipher::Scope::Scope(PacketCipher *c) : prev_(t_current) {
+  t_current = c;
+}
+PacketCipher::Scope::~Scope() {
+  t_current = prev_;
+}
+
+int PacketCipher::encrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
+                          const ngtcp2_crypto_aead_ctx *aead_ctx, const uint8_t *plaintext,
+                          size_t plaintextlen, const uint8_t *nonce, size_t noncelen,
+                          const uint8_t *aad, size_t aadlen) {
+  PacketCipher *pc = t_current;
+  const void *handle = aead_ctx->native_handle;
+  if (!pc || pc->keys_.empty() || !suitable(aead, noncelen)) {
+    return ngtcp2_crypto_encrypt(dest, aead, aead_ctx, plaintext, plaintextlen, nonce, noncelen,
+                                 aad, aadlen) == 0
+               ? 0
+               : NGTCP2_ERR_CALLBACK_FAILURE;
+  }
+  if (const Entry *e = pc->find(handle)) {
+    if (e->key) {
+      e->key->seal(dest, plaintext, plaintextlen, nonce, aad, aadlen);
+      ++*pc->fast_packets_;
+      return 0;
+    }
+    return ngtcp2_crypto_encrypt(dest, aead, aead_ctx, plaintext, plaintextlen, nonce, noncelen,
+                                 aad, aadlen) == 0
+               ? 0
+               : NGTCP2_ERR_CALLBACK_FAILURE;
+  }
+  // First packet of this context: GnuTLS seals it (ngtcp2 seals in place, so
+  // keep the plaintext), then the offered keys try to reproduce it.
+  std::vector<uint8_t> copy(plaintext, plaintext + plaintextlen);
+  if (ngtcp2_crypto_encrypt(dest, aead, aead_ctx, copy.data(), plaintextlen, nonce, noncelen, aad,
+                            aadlen) != 0)
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  pc->decide(handle, copy.data(), plaintextlen, dest, nonce, aad, aadlen);
+  return 0;
+}
+
+int PacketCipher::decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
+                          const ngtcp2_crypto_aead_ctx *aead_ctx, const uint8_t *ciphertext,
+                          size_t ciphertextlen, const uint8_t *nonce, size_t noncelen,
+                          const uint8_t *aad, size_t aadlen) {
+  PacketCipher *pc = t_current;
+  const void *handle = aead_ctx->native_handle;
+  const bool fast_possible =
+      pc && !pc->keys_.empty() && suitable(aead, noncelen) && ciphertextlen >= kTagLen;
+  if (fast_possible) {
+    if (const Entry *e = pc->find(handle); e && e->key) {
+      if (!e->key->open(dest, ciphertext, ciphertextlen, nonce, aad, aadlen))
+        return NGTCP2_ERR_DECRYPT;
+      ++*pc->fast_packets_;
+      return 0;
+    }
+  }
+  const bool decide = fast_possible && !pc->find(handle);
+  std::vector<uint8_t> sealed;
+  if (decide) sealed.assign(ciphertext, ciphertext + ciphertextlen);  // dest may be ciphertext
+  if (ngtcp2_crypto_decrypt(dest, aead, aead_ctx, ciphertext, ciphertextlen, nonce, noncelen, aad,
+                            aadlen) != 0)
+    return NGTCP2_ERR_DECRYPT;
+  // Only an authentic packet decides: a forged one must not pin a context
+  // to GnuTLS (or teach anything).
+  if (decide) pc->decide(handle, dest, ciphertextlen - kTagLen, sealed.data(), nonce, aad, aadlen);
+  return 0;
+}
+
+}  // namespace nexar
