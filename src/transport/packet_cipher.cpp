@@ -180,30 +180,23 @@ int PacketCipher::encrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
                           const uint8_t *aad, size_t aadlen) {
   PacketCipher *pc = t_current;
   const void *handle = aead_ctx->native_handle;
-  if (!pc || pc->keys_.empty() || !suitable(aead, noncelen)) {
-    return ngtcp2_crypto_encrypt(dest, aead, aead_ctx, plaintext, plaintextlen, nonce, noncelen,
-                                 aad, aadlen) == 0
-               ? 0
-               : NGTCP2_ERR_CALLBACK_FAILURE;
+  const bool fast_possible = pc && !pc->keys_.empty() && suitable(aead, noncelen);
+  const Entry *e = fast_possible ? pc->find(handle) : nullptr;
+  if (e && e->key) {
+    e->key->seal(dest, plaintext, plaintextlen, nonce, aad, aadlen);
+    ++*pc->fast_packets_;
+    return 0;
   }
-  if (const Entry *e = pc->find(handle)) {
-    if (e->key) {
-      e->key->seal(dest, plaintext, plaintextlen, nonce, aad, aadlen);
-      ++*pc->fast_packets_;
-      return 0;
-    }
-    return ngtcp2_crypto_encrypt(dest, aead, aead_ctx, plaintext, plaintextlen, nonce, noncelen,
-                                 aad, aadlen) == 0
-               ? 0
-               : NGTCP2_ERR_CALLBACK_FAILURE;
-  }
-  // First packet of this context: GnuTLS seals it (ngtcp2 seals in place, so
-  // keep the plaintext), then the offered keys try to reproduce it.
-  std::vector<uint8_t> copy(plaintext, plaintext + plaintextlen);
-  if (ngtcp2_crypto_encrypt(dest, aead, aead_ctx, copy.data(), plaintextlen, nonce, noncelen, aad,
+  // The first packet of a context decides it: GnuTLS seals it, then the
+  // offered keys try to reproduce that. ngtcp2 seals in place: keep the
+  // plaintext.
+  const bool decide = fast_possible && !e;
+  std::vector<uint8_t> kept;
+  if (decide) kept.assign(plaintext, plaintext + plaintextlen);
+  if (ngtcp2_crypto_encrypt(dest, aead, aead_ctx, plaintext, plaintextlen, nonce, noncelen, aad,
                             aadlen) != 0)
     return NGTCP2_ERR_CALLBACK_FAILURE;
-  pc->decide(handle, copy.data(), plaintextlen, dest, nonce, aad, aadlen);
+  if (decide) pc->decide(handle, kept.data(), plaintextlen, dest, nonce, aad, aadlen);
   return 0;
 }
 
@@ -215,15 +208,14 @@ int PacketCipher::decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
   const void *handle = aead_ctx->native_handle;
   const bool fast_possible =
       pc && !pc->keys_.empty() && suitable(aead, noncelen) && ciphertextlen >= kTagLen;
-  if (fast_possible) {
-    if (const Entry *e = pc->find(handle); e && e->key) {
-      if (!e->key->open(dest, ciphertext, ciphertextlen, nonce, aad, aadlen))
-        return NGTCP2_ERR_DECRYPT;
-      ++*pc->fast_packets_;
-      return 0;
-    }
+  const Entry *e = fast_possible ? pc->find(handle) : nullptr;
+  if (e && e->key) {
+    if (!e->key->open(dest, ciphertext, ciphertextlen, nonce, aad, aadlen))
+      return NGTCP2_ERR_DECRYPT;
+    ++*pc->fast_packets_;
+    return 0;
   }
-  const bool decide = fast_possible && !pc->find(handle);
+  const bool decide = fast_possible && !e;
   std::vector<uint8_t> sealed;
   if (decide) sealed.assign(ciphertext, ciphertext + ciphertextlen);  // dest may be ciphertext
   if (ngtcp2_crypto_decrypt(dest, aead, aead_ctx, ciphertext, ciphertextlen, nonce, noncelen, aad,
