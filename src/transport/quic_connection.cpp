@@ -354,6 +354,7 @@ int QuicConnection::cb_update_key(ngtcp2_conn *conn, uint8_t *rx_secret, uint8_t
   if (ngtcp2_crypto_update_key(conn, rx_secret, tx_secret, rx_aead_ctx, rx_key, rx_iv, tx_aead_ctx,
                                tx_key, tx_iv, current_rx_secret, current_tx_secret, secretlen) != 0)
     return NGTCP2_ERR_CALLBACK_FAILURE;
+  ++self->key_updates_;
   self->cipher_.offer(rx_key, negotiated_keylen(conn));
   self->cipher_.offer(tx_key, negotiated_keylen(conn));
   gnutls_memset(rx_key, 0, sizeof rx_key);
@@ -656,6 +657,14 @@ size_t QuicConnection::on_stream_data(int64_t sid, const uint8_t *data, size_t l
     }
   }
   return credit;
+}
+
+Status QuicConnection::initiate_key_update() {
+  if (closed_) return error(NEXAR_ERR_CLOSED, "key update: the connection is closed");
+  const int rc = ngtcp2_conn_initiate_key_update(conn_, now_ns());
+  if (rc != 0) return from_ngtcp2("ngtcp2_conn_initiate_key_update", rc);
+  ep_->mark_dirty(this);
+  return {};
 }
 
 void QuicConnection::release_credit(int64_t sid, size_t bytes) {

@@ -134,6 +134,12 @@ class QuicConnection {
   // Sends CONNECTION_CLOSE (once) and fails everything queued.
   void close(uint64_t app_error, const Status &why);
   bool closed() const { return closed_; }
+  // Starts a QUIC key update (RFC 9001 section 6) now; ngtcp2 also starts one
+  // by itself before a key reaches its AEAD limit. Loop thread.
+  Status initiate_key_update();
+  // Key generations derived by key update so far (ngtcp2 derives each one
+  // ahead of its use: the first right after the handshake).
+  uint64_t key_updates() const { return key_updates_; }
   // Sent data the peer has not acknowledged yet (or not even written).
   bool has_unacked() const;
   bool ready() const { return streams_open_; }
@@ -233,6 +239,7 @@ class QuicConnection {
   ngtcp2_conn *conn_ = nullptr;
   gnutls_session_t session_ = nullptr;
   ngtcp2_crypto_conn_ref conn_ref_;
+  uint64_t key_updates_ = 0;
   PacketCipher cipher_;  // 1-RTT packet protection on the fast AEAD when it has the key
   ngtcp2_path path_;
   ev_timer timer_;
