@@ -1,12 +1,11 @@
 #include "client/engine.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <thread>
 
 #include "client/communicator.h"
 #include "core/clock.h"
+#include "core/host.h"
 #include "core/log.h"
 
 namespace nexar {
@@ -15,11 +14,6 @@ namespace {
 constexpr uint64_t kAckLingerMs = 3;
 constexpr uint16_t kProtocolVersion = 1;
 
-std::string host_name() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
-}
 }  // namespace
 
 Engine::Engine(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)

@@ -115,7 +115,6 @@ class Engine : public ConnectionHandler {
   // world_rank is gone: its receives, RPC calls and communicators fail with s.
   void fail_peer(uint32_t world_rank, const Status &s);
   void handle_hello(QuicConnection *c, const wire::Hello &h);
-  void note_mesh_progress();
 
   Identity id_;
   Config cfg_;

@@ -9,6 +9,7 @@
 
 #include "cluster/interface_select.h"
 #include "core/clock.h"
+#include "core/host.h"
 #include "core/log.h"
 
 namespace nexar {
@@ -20,12 +21,6 @@ constexpr uint64_t kMaxBackoffMs = 2000;
 constexpr uint64_t kChallengeWaitMs = 10000;  // from handshake to the seed's challenge
 constexpr uint64_t kWelcomeMarginMs = 15000;  // beyond the seed's own formation deadline
 constexpr uint64_t kReadyAckMs = 2000;
-
-std::string host_name() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
-}
 
 uint64_t deadline_after(uint64_t ms) {
   return now_ns() + ms * kNsPerMs;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/host.h"
 #include "core/status.h"
 
 namespace nexar {
@@ -84,11 +85,7 @@ bool set_sink(nexar_log_fn fn, void *user_data) {
 }
 
 void write(int lvl, const char *fmt, ...) {
-  static const std::string host = [] {
-    char buf[256] = {0};
-    gethostname(buf, sizeof buf - 1);
-    return std::string(buf);
-  }();
+  static const std::string host = host_name();
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
