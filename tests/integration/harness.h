@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "eventually.h"
+
 // Asserts that a nexar call returned NEXAR_OK, showing the library's message.
 #define NX_OK(expr)                                                                        \
   do {                                                                                     \

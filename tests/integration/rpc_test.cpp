@@ -123,15 +123,6 @@ struct Gate {
   }
 };
 
-// Polls until pred holds (bounded); returns whether it did.
-bool eventually(const std::function<bool()> &pred) {
-  for (int i = 0; i < 6000; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
-
 nexar_comm_options_t options_with_rpc_timeout(uint64_t ms) {
   nexar_comm_options_t opts;
   EXPECT_EQ(nexar_comm_options_init(&opts, sizeof opts), NEXAR_OK);

@@ -4,39 +4,18 @@
 // offers them), not left to GnuTLS.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cstring>
-#include <thread>
-
-#include "client/engine.h"
 #include "cluster/local_bootstrap.h"
+#include "engine_probe.h"
 #include "transport/packet_cipher.h"
 
 using namespace nexar;
+using namespace nexar_test;
 
 namespace {
 
-nexar_stats_t stats_of(Engine &e) {
-  nexar_stats_t st;
-  memset(&st, 0, sizeof st);
-  e.stats(&st);
-  return st;
-}
-
 // Sends a message nobody receives: the peer buffers it as unexpected data.
 void send_bulk(Engine &from, uint32_t to, uint32_t tag, size_t bytes) {
-  from.loop().run_sync([&] {
-    QuicConnection *c = from.conn_to(to);
-    ASSERT_NE(c, nullptr);
-    OutgoingMessage m;
-    m.header.kind = wire::FrameKind::P2P;
-    m.header.tag = tag;
-    m.header.length = bytes;
-    m.owned = PooledBuf::unpooled(bytes);
-    memset(m.owned.data(), static_cast<int>(tag), bytes);
-    m.payload = m.owned.data();
-    c->send(std::move(m), false, 0);
-  });
+  send_frame(from, to, filled_frame(wire::FrameKind::P2P, tag, bytes, static_cast<uint8_t>(tag)));
 }
 
 uint64_t key_updates(Engine &e, uint32_t peer) {
@@ -45,15 +24,6 @@ uint64_t key_updates(Engine &e, uint32_t peer) {
     if (QuicConnection *c = e.conn_to(peer)) n = c->key_updates();
   });
   return n;
-}
-
-template <typename F>
-bool eventually(F f) {
-  for (int i = 0; i < 2000; ++i) {
-    if (f()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
 }
 
 }  // namespace

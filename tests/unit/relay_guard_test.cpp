@@ -4,50 +4,22 @@
 // relayed message sent after them is still delivered.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cstring>
-#include <thread>
-
-#include "client/engine.h"
 #include "cluster/local_bootstrap.h"
+#include "engine_probe.h"
 
 using namespace nexar;
+using namespace nexar_test;
 
 namespace {
 
-nexar_stats_t stats_of(Engine &e) {
-  nexar_stats_t st;
-  memset(&st, 0, sizeof st);
-  e.stats(&st);
-  return st;
-}
-
-// Sends one relay frame from `from` to its neighbour `to` (loop thread).
+// Sends one relay frame from `from` to its neighbour `to`.
 void inject(Engine &from, uint32_t to, wire::RelayPrefix p, uint64_t chunk,
             wire::FrameKind inner = wire::FrameKind::P2P) {
-  from.loop().run_sync([&] {
-    QuicConnection *c = from.conn_to(to);
-    ASSERT_NE(c, nullptr);
-    if (p.inner_kind == 0) p.inner_kind = static_cast<uint8_t>(inner);
-    OutgoingMessage m;
-    m.header.kind = wire::FrameKind::Relay;
-    m.header.tag = 77;
-    m.header.length = wire::kRelayPrefixSize + chunk;
-    wire::encode_relay_prefix(p, m.prefix);
-    m.owned = PooledBuf::unpooled(static_cast<size_t>(chunk));
-    if (chunk) memset(m.owned.data(), 0xAB, static_cast<size_t>(chunk));
-    m.payload = m.owned.data();
-    c->send(std::move(m), false, 0);
-  });
-}
-
-template <typename F>
-bool eventually(F f) {
-  for (int i = 0; i < 2000; ++i) {
-    if (f()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
+  if (p.inner_kind == 0) p.inner_kind = static_cast<uint8_t>(inner);
+  OutgoingMessage m = filled_frame(wire::FrameKind::Relay, 77, static_cast<size_t>(chunk), 0xAB);
+  m.header.length = wire::kRelayPrefixSize + chunk;
+  wire::encode_relay_prefix(p, m.prefix);
+  send_frame(from, to, std::move(m));
 }
 
 }  // namespace
