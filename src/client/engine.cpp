@@ -7,6 +7,7 @@
 #include "core/clock.h"
 #include "core/host.h"
 #include "core/log.h"
+#include "transport/packet_cipher.h"
 
 namespace nexar {
 namespace {
@@ -157,8 +158,9 @@ Status Engine::wait_mesh() {
                         id_.rank, static_cast<unsigned long long>(cfg_.connect_timeout_ms),
                         missing.c_str()));
   }
-  LOG_DEBUG("mesh formed with %zu neighbours (%s topology)", topo_.neighbours(id_.rank).size(),
-            topology_name(topo_.kind()));
+  LOG_DEBUG("mesh formed with %zu neighbours (%s topology; packets sealed by %s)",
+            topo_.neighbours(id_.rank).size(), topology_name(topo_.kind()),
+            PacketCipher::implementation());
   return {};
 }
 

@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "core/config.h"
-#include "core/log.h"
 
 #ifdef NEXAR_HAVE_IPSEC_MB
 #include <intel-ipsec-mb.h>
@@ -60,9 +59,10 @@ const Library &library() {
 struct alignas(64) PacketCipher::Key {
 #ifdef NEXAR_HAVE_IPSEC_MB
   gcm_key_data data;
+  // The key schedule is as secret as the key.
   ~Key() {
     gnutls_memset(&data, 0, sizeof data);
-  }  // the key schedule is the key
+  }
 #endif
   void seal(uint8_t *dest, const uint8_t *src, size_t len, const uint8_t *nonce, const uint8_t *aad,
             size_t aadlen) const {
@@ -151,11 +151,11 @@ const PacketCipher::Entry *PacketCipher::find(const void *handle) const {
 void PacketCipher::decide(const void *handle, const uint8_t *plaintext, size_t len,
                           const uint8_t *sealed, const uint8_t *nonce, const uint8_t *aad,
                           size_t aadlen) {
-  scratch_.resize(len + kTagLen);
+  std::vector<uint8_t> trial(len + kTagLen);  // once per context: not worth keeping
   const Key *adopted = nullptr;
   for (const auto &k : keys_) {
-    k->seal(scratch_.data(), plaintext, len, nonce, aad, aadlen);
-    if (memcmp(scratch_.data(), sealed, len + kTagLen) == 0) {
+    k->seal(trial.data(), plaintext, len, nonce, aad, aadlen);
+    if (memcmp(trial.data(), sealed, len + kTagLen) == 0) {
       adopted = k.get();
       break;
     }

@@ -82,7 +82,6 @@ class PacketCipher {
 
   std::vector<std::unique_ptr<Key>> keys_;  // offered; adopted ones are never dropped early
   std::vector<Entry> entries_;
-  std::vector<uint8_t> scratch_;
   uint64_t *fast_packets_;
 };
 
