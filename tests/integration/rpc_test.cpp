@@ -280,9 +280,9 @@ TEST(Rpc, HandlerErrorReachesTheCallerWithItsMessage) {
 
 TEST(Rpc, TimeoutThenTheLateResponseIsDroppedAndCounted) {
   nexar_comm_options_t opts = options_with_rpc_timeout(300);
+  Gate gate;  // outlives the world: its handler may still run until the world is gone
   World w(2, &opts);
   ASSERT_TRUE(w.ok());
-  Gate gate;
   NX_OK(nexar_rpc_register(w[1], 1, Gate::handler, &gate));
   NX_OK(nexar_rpc_register(w[1], 42, reverse_ff, nullptr));
   CallResult r = call(w[0], 1, 1, {1, 2, 3});
@@ -314,9 +314,9 @@ TEST(Rpc, TimeoutFromTheEnvironment) {
 }
 
 TEST(Rpc, PeerDestroyedMidCallFailsTheCall) {
+  Gate gate;  // outlives the world: its handler may still run until the world is gone
   World w(2);
   ASSERT_TRUE(w.ok());
-  Gate gate;
   NX_OK(nexar_rpc_register(w[1], 1, Gate::handler, &gate));
   AsyncCall c;
   c.request = {1, 2, 3};
@@ -339,9 +339,9 @@ TEST(Rpc, PeerDestroyedMidCallFailsTheCall) {
 }
 
 TEST(Rpc, DestroyWithCallsPendingCompletesThemClosed) {
+  Gate gate;  // outlives the world: its handler may still run until the world is gone
   World w(2);
   ASSERT_TRUE(w.ok());
-  Gate gate;
   NX_OK(nexar_rpc_register(w[1], 1, Gate::handler, &gate));
   std::vector<std::unique_ptr<AsyncCall>> calls;
   Completions all;
