@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "core/reduce.h"
 
 namespace nexar {
 namespace {
@@ -23,7 +24,7 @@ size_t Incoming::write(const uint8_t *data, size_t len) {
     return len;
   }
   if (waiter_) {
-    memcpy(waiter_->buf_ + received_, data, len);
+    waiter_->take(received_, data, len);
     received_ += len;
     return len;
   }
@@ -75,7 +76,7 @@ void Incoming::bind(RecvWait *w) {
   } else {
     uint64_t off = 0;
     for (auto &c : chunks_) {
-      memcpy(w->buf_ + off, c.data(), c.size());
+      w->take(off, c.data(), c.size());
       off += c.size();
     }
   }
@@ -117,7 +118,8 @@ void Incoming::finish(bool ok) {
 // ---- RecvWait ------------------------------------------------------------------
 
 RecvWait::RecvWait(Mailbox *box, OpContext *op, uint64_t deadline_ns, MsgKey key, void *buf,
-                   uint64_t size, uint32_t check, int32_t user_rank, const char *what)
+                   uint64_t size, uint32_t check, int32_t user_rank, const char *what,
+                   const CombineOnArrival &combine)
     : Wait(op->loop(), op, deadline_ns, user_rank),
       box_(box),
       key_(key),
@@ -125,7 +127,41 @@ RecvWait::RecvWait(Mailbox *box, OpContext *op, uint64_t deadline_ns, MsgKey key
       size_(size),
       check_(check),
       user_rank_(user_rank),
-      what_(what) {}
+      what_(what),
+      combine_(combine) {}
+
+void RecvWait::combine(uint64_t off, const uint8_t *incoming, size_t elems) {
+  const CombineOnArrival &c = combine_;
+  if (c.own_first)
+    reduce_out(buf_ + off, c.own + off, incoming, elems, c.dtype, c.op);
+  else
+    reduce_out(buf_ + off, incoming, c.own + off, elems, c.dtype, c.op);
+}
+
+void RecvWait::take(uint64_t off, const uint8_t *data, size_t len) {
+  if (!combine_.own) {
+    memcpy(buf_ + off, data, len);
+    return;
+  }
+  // Bytes arrive in order, so only the element at a delivery's edge can be
+  // split; it is completed from partial_ (off is element-aligned otherwise).
+  const size_t es = combine_.esize;
+  if (partial_len_ > 0) {
+    const size_t k = std::min(es - partial_len_, len);
+    memcpy(partial_ + partial_len_, data, k);
+    partial_len_ += k;
+    data += k;
+    len -= k;
+    off += k;
+    if (partial_len_ < es) return;
+    combine(off - es, partial_, 1);
+    partial_len_ = 0;
+  }
+  const size_t whole = len / es * es;
+  if (whole) combine(off, data, whole / es);
+  partial_len_ = len - whole;
+  memcpy(partial_, data + whole, partial_len_);
+}
 
 bool RecvWait::await_ready() {
   if (const Status *dead = box_->peer_failure(key_.peer)) {

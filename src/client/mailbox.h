@@ -15,6 +15,7 @@
 
 #include "core/buffer_pool.h"
 #include "engine/wait.h"
+#include "nexar.h"
 #include "transport/quic_connection.h"
 
 namespace nexar {
@@ -38,6 +39,19 @@ struct MsgKeyHash {
 
 class Mailbox;
 class RecvWait;
+
+// How a receive takes its bytes when `own` is set: each element lands in the
+// buffer as (incoming op own), or (own op incoming) with own_first, the
+// moment it arrives, reduced straight from the decrypted packet instead of
+// from a scratch copy. own has the buffer's layout and may be the buffer
+// itself.
+struct CombineOnArrival {
+  const uint8_t *own = nullptr;
+  nexar_dtype_t dtype = NEXAR_DTYPE_U8;
+  nexar_op_t op = NEXAR_OP_SUM;
+  size_t esize = 1;
+  bool own_first = false;
+};
 
 // One incoming message: streams straight into a bound receive, or is buffered.
 class Incoming : public MessageSink {
@@ -72,7 +86,8 @@ class Incoming : public MessageSink {
 class RecvWait : public Wait {
  public:
   RecvWait(Mailbox *box, OpContext *op, uint64_t deadline_ns, MsgKey key, void *buf, uint64_t size,
-           uint32_t check, int32_t user_rank, const char *what);
+           uint32_t check, int32_t user_rank, const char *what,
+           const CombineOnArrival &combine = {});
   bool await_ready();
   bool await_suspend(std::coroutine_handle<> h) { return suspend(h); }
   Status await_resume() { return result(); }
@@ -86,6 +101,10 @@ class RecvWait : public Wait {
  private:
   friend class Mailbox;
   friend class Incoming;
+  // Places len bytes at offset off of the message: copied, or combined.
+  void take(uint64_t off, const uint8_t *data, size_t len);
+  void combine(uint64_t off, const uint8_t *incoming, size_t elems);
+
   Mailbox *box_;
   MsgKey key_;
   uint8_t *buf_;
@@ -95,6 +114,10 @@ class RecvWait : public Wait {
   const char *what_;
   Incoming *msg_ = nullptr;
   bool posted_ = false;
+  CombineOnArrival combine_;
+  // The start of an element split across two deliveries, when combining.
+  uint8_t partial_[16];
+  size_t partial_len_ = 0;
 };
 
 class Mailbox {

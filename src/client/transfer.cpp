@@ -184,10 +184,10 @@ Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, ui
 
 Task<Status> recv_from(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t from,
                        wire::FrameKind kind, uint64_t tag, uint32_t check, void *data, uint64_t len,
-                       const char *what) {
+                       const char *what, CombineOnArrival combine) {
   MsgKey key{comm->world_rank_of(from), static_cast<uint8_t>(kind), comm->comm_id(), tag};
   co_return co_await RecvWait(&comm->engine().mailbox(), op, deadline_ns, key, data, len, check,
-                              static_cast<int32_t>(from), what);
+                              static_cast<int32_t>(from), what, combine);
 }
 
 }  // namespace nexar

@@ -65,9 +65,10 @@ class SendWait : public Wait, public SendListener, public RelayWaiter {
 Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t to,
                      wire::FrameKind kind, uint64_t tag, uint32_t check, const void *data,
                      uint64_t len, const char *what);
-// Receives exactly len bytes from comm rank `from` into data.
+// Receives exactly len bytes from comm rank `from` into data (combined with
+// what is there as it arrives when combine.own is set).
 Task<Status> recv_from(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t from,
                        wire::FrameKind kind, uint64_t tag, uint32_t check, void *data, uint64_t len,
-                       const char *what);
+                       const char *what, CombineOnArrival combine = {});
 
 }  // namespace nexar

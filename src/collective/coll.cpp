@@ -88,6 +88,15 @@ Task<Status> Coll::recv(uint32_t from, uint32_t step, void *data, uint64_t bytes
                    data, bytes, what());
 }
 
+Task<Status> Coll::recv_reduce(uint32_t from, uint32_t step, void *data, const void *own,
+                               uint64_t bytes, bool own_first) {
+  heard_[from] = 1;
+  return recv_from(comm_, op_, deadline_ns_, from, wire::FrameKind::Collective, tag(step), check_,
+                   data, bytes, what(),
+                   CombineOnArrival{static_cast<const uint8_t *>(own), args_.dtype, args_.op,
+                                    esize_, own_first});
+}
+
 Task<Status> Coll::sendrecv(uint32_t to, const void *sdata, uint64_t sbytes, uint32_t from,
                             void *rdata, uint64_t rbytes, uint32_t step) {
   std::vector<Task<Status>> both;

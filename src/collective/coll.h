@@ -62,6 +62,11 @@ class Coll {
   // between the same two ranks (0 <= step < 2^24).
   Task<Status> send(uint32_t to, uint32_t step, const void *data, uint64_t bytes);
   Task<Status> recv(uint32_t from, uint32_t step, void *data, uint64_t bytes);
+  // Receives a vector of the collective's dtype and leaves (incoming op own),
+  // or (own op incoming) with own_first, in data, reducing each packet as it
+  // arrives (own may be data).
+  Task<Status> recv_reduce(uint32_t from, uint32_t step, void *data, const void *own,
+                           uint64_t bytes, bool own_first = false);
   // After the algorithm: a rank that only sent (a broadcast root, a reduce
   // leaf) waits for an empty "done" frame from each rank it sent to, which
   // every rank sends to the peers it heard from but never sent to. So a rank

@@ -1,9 +1,11 @@
 // Mailbox: matching order, bounded buffering of unexpected messages (credit
-// withheld past the budget), per-tag state released, size mismatch.
+// withheld past the budget), per-tag state released, size mismatch, and
+// receives that reduce on arrival whatever the cut of the bytes.
 #include "client/mailbox.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -135,6 +137,93 @@ TEST_F(Fixture, RunningCollectiveSeesMismatchAtAnyStep) {
   box.end_collective(7, 4);
   EXPECT_EQ(box.keys(), 0u);
   EXPECT_EQ(box.buffered_bytes(), 0u);
+}
+
+// A combining receive of f32 sums: the incoming vector, this rank's own, and
+// what the buffer must hold afterwards.
+struct SumCase {
+  std::vector<float> incoming, own, want;
+  explicit SumCase(size_t n) : incoming(n), own(n), want(n) {
+    for (size_t i = 0; i < n; ++i) {
+      incoming[i] = static_cast<float>(i) * 2.0f + 1.0f;
+      own[i] = static_cast<float>(i) * 0.5f - 3.0f;
+      want[i] = incoming[i] + own[i];
+    }
+  }
+  CombineOnArrival combine() const {
+    return {reinterpret_cast<const uint8_t *>(own.data()), NEXAR_DTYPE_F32, NEXAR_OP_SUM, 4};
+  }
+  const uint8_t *bytes() const { return reinterpret_cast<const uint8_t *>(incoming.data()); }
+  size_t size() const { return incoming.size() * 4; }
+};
+
+// Writes data[from, to) in pieces of 1, 2, 3, ... bytes, so nearly every
+// piece ends inside an element.
+void write_in_odd_pieces(MessageSink *s, const uint8_t *data, size_t from, size_t to) {
+  for (size_t piece = 1; from < to; ++piece) {
+    const size_t k = std::min(piece, to - from);
+    ASSERT_EQ(s->write(data + from, k), k);
+    from += k;
+  }
+}
+
+TEST_F(Fixture, CombiningReceiveReducesWhateverTheCutOfTheBytes) {
+  const SumCase c(1000);
+  std::vector<float> dst(c.own.size(), -1.0f);
+  RecvWait w(&box, &op, deadline, key(1), dst.data(), c.size(), 0, 1, "recv", c.combine());
+  ASSERT_FALSE(w.await_ready());
+  MessageSink *s = box.on_message(key(1), c.size(), 0, nullptr, -1);
+  write_in_odd_pieces(s, c.bytes(), 0, c.size());
+  s->finish(true);
+  ASSERT_TRUE(w.finished());
+  ASSERT_TRUE(w.result().ok()) << w.result().message;
+  EXPECT_EQ(dst, c.want);
+}
+
+TEST_F(Fixture, CombiningReceiveInPlaceTakesWhatWasBufferedThenTheRest) {
+  SumCase c(1000);
+  // 2001 bytes arrive before the receive (buffered), the rest after it binds:
+  // the element cut at the boundary is completed across the two.
+  MessageSink *s = box.on_message(key(2), c.size(), 0, nullptr, -1);
+  write_in_odd_pieces(s, c.bytes(), 0, 2001);
+  EXPECT_EQ(box.buffered_bytes(), 2001u);
+  CombineOnArrival in_place = c.combine();
+  RecvWait w(&box, &op, deadline, key(2), c.own.data(), c.size(), 0, 1, "recv", in_place);
+  ASSERT_FALSE(w.await_ready());
+  EXPECT_EQ(box.buffered_bytes(), 0u);
+  write_in_odd_pieces(s, c.bytes(), 2001, c.size());
+  s->finish(true);
+  ASSERT_TRUE(w.finished());
+  ASSERT_TRUE(w.result().ok()) << w.result().message;
+  EXPECT_EQ(c.own, c.want);
+}
+
+// Which operand comes first shows in NaN payloads: a NaN result is the first
+// NaN operand, quieted (core/reduce.h).
+TEST_F(Fixture, CombiningReceiveKeepsTheOperandOrder) {
+  const uint32_t incoming_nan = 0x7f800001, own_nan = 0x7f800002;
+  for (bool own_first : {false, true}) {
+    uint32_t own = own_nan, dst = 0;
+    CombineOnArrival comb{reinterpret_cast<const uint8_t *>(&own), NEXAR_DTYPE_F32, NEXAR_OP_SUM, 4,
+                          own_first};
+    RecvWait w(&box, &op, deadline, key(3), &dst, 4, 0, 1, "recv", comb);
+    ASSERT_FALSE(w.await_ready());
+    MessageSink *s = box.on_message(key(3), 4, 0, nullptr, -1);
+    s->write(reinterpret_cast<const uint8_t *>(&incoming_nan), 4);
+    s->finish(true);
+    ASSERT_TRUE(w.result().ok());
+    EXPECT_EQ(dst, (own_first ? own_nan : incoming_nan) | 0x00400000u) << own_first;
+  }
+}
+
+TEST_F(Fixture, MismatchedSizeNeverTouchesACombiningReceive) {
+  SumCase c(16);
+  const std::vector<float> before = c.own;
+  arrive(4, std::vector<uint8_t>(c.bytes(), c.bytes() + 60));
+  RecvWait w(&box, &op, deadline, key(4), c.own.data(), c.size(), 0, 1, "recv", c.combine());
+  ASSERT_TRUE(w.await_ready());
+  EXPECT_EQ(w.result().code, NEXAR_ERR_SIZE_MISMATCH);
+  EXPECT_EQ(c.own, before);
 }
 
 }  // namespace
