@@ -41,8 +41,6 @@ class AllgatherRing : public RingPlan {
   MutPiece recv_piece(uint32_t s, uint32_t j) override {
     return mut_piece(dst_, sched::ag_recv_block(me_, s, n_) * count_, count_, j, segs_, esize_);
   }
-  bool processes(uint32_t) const override { return false; }
-  void process(uint32_t, uint32_t) override {}
 
  private:
   const void *src_;

@@ -114,10 +114,10 @@ void combine(const Vec &v, uint8_t *dst, const uint8_t *other, size_t elems, boo
 }
 
 // The fold into the power-of-two group. A rank that sits out sends its vector
-// and receives the result (returns done = true). An absorbing rank combines
-// the vector of rank - 1 (lower) with its own into dst; the others copy
-// sendbuf into recvbuf.
-Task<Status> fold_in(Coll &c, const sched::Fold &f, const Vec &v, uint8_t *tmp, bool *done) {
+// and receives the result (returns done = true). An absorbing rank reduces
+// the vector of rank - 1 (lower) with its own into dst as it arrives; the
+// others copy sendbuf into recvbuf.
+Task<Status> fold_in(Coll &c, const sched::Fold &f, const Vec &v, bool *done) {
   const uint32_t me = c.rank();
   *done = false;
   if (f.sits_out(me)) {
@@ -126,13 +126,9 @@ Task<Status> fold_in(Coll &c, const sched::Fold &f, const Vec &v, uint8_t *tmp, 
     *done = true;
     co_return co_await c.recv(me + 1, step_id(kPhaseFoldOut, 0), v.dst, v.bytes);
   }
-  if (f.absorbs(me)) {
-    Status s = co_await c.recv(me - 1, step_id(kPhaseFoldIn, 0), tmp, v.bytes);
-    if (!s) co_return s;
-    reduce_out(v.dst, tmp, v.src, v.count, v.dtype, v.op);
-  } else {
-    copy_unless_same(v.dst, v.src, v.bytes);
-  }
+  if (f.absorbs(me))
+    co_return co_await c.recv_reduce(me - 1, step_id(kPhaseFoldIn, 0), v.dst, v.src, v.bytes);
+  copy_unless_same(v.dst, v.src, v.bytes);
   co_return Status();
 }
 
@@ -147,7 +143,7 @@ Task<Status> recursive_doubling(Coll &c) {
   PooledBuf tmp;
   if (!f.sits_out(c.rank())) tmp = c.pool().checkout(static_cast<size_t>(v.bytes));
   bool done = false;
-  Status s = co_await fold_in(c, f, v, tmp.data(), &done);
+  Status s = co_await fold_in(c, f, v, &done);
   if (!s || done) co_return s;
   const uint32_t me_v = f.vrank(c.rank());
   uint32_t round = 0;
@@ -166,13 +162,8 @@ Task<Status> halving_doubling(Coll &c) {
   const sched::Fold f(c.size());
   const sched::ChunkLayout blocks(v.count, f.pof2);
   const uint32_t me = c.rank();
-  // Scratch: the whole vector for the fold, else the first (largest) kept half.
-  const size_t half = blocks.range_length(0, f.pof2 / 2);
-  const size_t scratch = f.absorbs(me) ? v.count : (f.sits_out(me) ? 0 : half);
-  PooledBuf tmp;
-  if (scratch) tmp = c.pool().checkout(scratch * v.esize);
   bool done = false;
-  Status s = co_await fold_in(c, f, v, tmp.data(), &done);
+  Status s = co_await fold_in(c, f, v, &done);
   if (!s || done) co_return s;
   const uint32_t me_v = f.vrank(me), rounds = sched::log2_floor(f.pof2);
   // Reduce-scatter by recursive halving: afterwards one block is complete.
@@ -183,10 +174,16 @@ Task<Status> halving_doubling(Coll &c) {
                  keep_len = blocks.range_length(h.keep_first, h.keep_end);
     const size_t give_off = blocks.offset(h.give_first),
                  give_len = blocks.range_length(h.give_first, h.give_end);
-    s = co_await c.sendrecv(peer, v.dst + give_off * v.esize, give_len * v.esize, peer, tmp.data(),
-                            keep_len * v.esize, step_id(kPhaseRounds, k));
+    // The kept half is reduced in place as the partner's copy of it arrives,
+    // lower half's data first (see combine()).
+    uint8_t *keep = v.dst + keep_off * v.esize;
+    std::vector<Task<Status>> both;
+    both.push_back(
+        c.send(peer, step_id(kPhaseRounds, k), v.dst + give_off * v.esize, give_len * v.esize));
+    both.push_back(c.recv_reduce(peer, step_id(kPhaseRounds, k), keep, keep, keep_len * v.esize,
+                                 me_v < h.partner));
+    s = co_await when_all(c.op(), std::move(both));
     if (!s) co_return s;
-    combine(v, v.dst + keep_off * v.esize, tmp.data(), keep_len, me_v < h.partner);
   }
   // Allgather by recursive doubling: the rounds backwards, each doubling the
   // complete window.
@@ -208,24 +205,13 @@ Task<Status> halving_doubling(Coll &c) {
 // Ring reduce-scatter then ring allgather, one pass of 2(p-1) steps. Step s
 // < p-1 (reduce-scatter): send block r-s-1 (at s = 0 straight from sendbuf,
 // later the partial reduced in recvbuf one step before), receive block r-s-2
-// into a scratch slot and reduce it into recvbuf as (incoming op own); at
-// s = p-2 that completes block r. Step p-1+t (allgather): send block r-t,
-// receive block r-t-1 straight into recvbuf.
+// and reduce it into recvbuf as (incoming op own) packet by packet as it
+// arrives (no scratch copy); at s = p-2 that completes block r. Step p-1+t (allgather): send block
+// r-t, receive block r-t-1 straight into recvbuf.
 class AllreduceRing : public RingPlan {
  public:
-  AllreduceRing(const Coll &c, const Vec &v, uint32_t segs, uint8_t *scratch)
-      : v_(v),
-        n_(c.size()),
-        me_(c.rank()),
-        blocks_(v.count, c.size()),
-        segs_(segs),
-        slot_bytes_(sched::ChunkLayout(blocks_.max_length(), segs).max_length() * v.esize),
-        scratch_(scratch) {}
-
-  static size_t scratch_bytes(const Coll &c, const Vec &v, uint32_t segs) {
-    const sched::ChunkLayout b(v.count, c.size());
-    return 2 * sched::ChunkLayout(b.max_length(), segs).max_length() * v.esize;
-  }
+  AllreduceRing(const Coll &c, const Vec &v, uint32_t segs)
+      : v_(v), n_(c.size()), me_(c.rank()), blocks_(v.count, c.size()), segs_(segs) {}
 
   ConstPiece send_piece(uint32_t s, uint32_t j) override {
     const uint32_t b = send_block(s);
@@ -234,21 +220,14 @@ class AllreduceRing : public RingPlan {
   }
   MutPiece recv_piece(uint32_t s, uint32_t j) override {
     const uint32_t b = recv_block(s);
-    if (s >= n_ - 1)
-      return mut_piece(v_.dst, blocks_.offset(b), blocks_.length(b), j, segs_, v_.esize);
-    return {slot(s, j), sched::ChunkLayout(blocks_.length(b), segs_).length(j) * v_.esize};
-  }
-  bool processes(uint32_t s) const override { return s < n_ - 1; }
-  MutPiece process_target(uint32_t s, uint32_t j) override {
-    const uint32_t b = recv_block(s);
     return mut_piece(v_.dst, blocks_.offset(b), blocks_.length(b), j, segs_, v_.esize);
   }
-  void process(uint32_t s, uint32_t j) override {
+  // Reduce-scatter steps reduce the incoming partial with this rank's own
+  // contribution as it arrives.
+  const void *recv_operand(uint32_t s, uint32_t j) override {
+    if (s >= n_ - 1) return nullptr;
     const uint32_t b = recv_block(s);
-    const MutPiece out = process_target(s, j);
-    const ConstPiece own =
-        const_piece(v_.src, blocks_.offset(b), blocks_.length(b), j, segs_, v_.esize);
-    reduce_out(out.data, slot(s, j), own.data, out.bytes / v_.esize, v_.dtype, v_.op);
+    return const_piece(v_.src, blocks_.offset(b), blocks_.length(b), j, segs_, v_.esize).data;
   }
 
  private:
@@ -260,24 +239,18 @@ class AllreduceRing : public RingPlan {
     return s < n_ - 1 ? sched::rs_recv_block(me_, s, n_)
                       : sched::ag_recv_block(me_, s - (n_ - 1), n_);
   }
-  uint8_t *slot(uint32_t s, uint32_t j) const {
-    return scratch_ + ((uint64_t{s} * segs_ + j) % 2) * slot_bytes_;
-  }
 
   Vec v_;
   uint32_t n_, me_;
   sched::ChunkLayout blocks_;
   uint32_t segs_;
-  size_t slot_bytes_;
-  uint8_t *scratch_;
 };
 
 Task<Status> ring(Coll &c) {
   const Vec v = vec_of(c);
   const uint32_t n = c.size(), steps = 2 * (n - 1);
   const uint32_t segs = ring_segments(c, steps, sched::ChunkLayout(v.count, n).max_length(), true);
-  PooledBuf scratch = c.pool().checkout(AllreduceRing::scratch_bytes(c, v, segs));
-  AllreduceRing plan(c, v, segs, scratch.data());
+  AllreduceRing plan(c, v, segs);
   co_return co_await run_ring(c, kPhaseRing, steps, segs, plan);
 }
 

@@ -8,9 +8,9 @@
 // * Pipelined chain (from NEXAR_LARGE_MSG_BYTES with p >= 3): v receives the
 //   buffer from v-1 segment by segment (segments of at most
 //   NEXAR_PIPELINE_SEGMENT_BYTES, about 2p of them, none below 64 KiB) and
-//   forwards each to v+1 as soon as it has arrived, with up to kSendWindow
-//   sends in flight. Every link carries n exactly once.
-//   Cost: (p - 2 + S) (alpha + n/S beta) for S segments.
+//   forwards each to v+1 as soon as it has arrived, with up to kWindow
+//   sends in flight and receives posted up to kWindow segments ahead. Every link carries n exactly
+//   once. Cost: (p - 2 + S) (alpha + n/S beta) for S segments.
 // * Scatter + ring allgather, van de Geijn (only when forced): the buffer is
 //   cut into p blocks in virtual-rank order (early blocks one element
 //   longer); a binomial scatter gives every v the blocks of its subtree, in
@@ -115,8 +115,6 @@ class BroadcastRing : public RingPlan {
     const uint32_t b = sched::ag_recv_block(v_, s, n_);
     return mut_piece(buf_, blocks_.offset(b), blocks_.length(b), j, segs_, esize_);
   }
-  bool processes(uint32_t) const override { return false; }
-  void process(uint32_t, uint32_t) override {}
 
  private:
   void *buf_;
@@ -164,29 +162,37 @@ uint32_t chain_segments(const Coll &c) {
   return sched::segments_per_block(c.args().count, c.esize(), seg, 1, sched::kMaxStepIndex + 1);
 }
 
-Task<Status> chain_units(Coll &c, SendWindow &window) {
+Task<Status> chain_units(Coll &c, TransferWindow &window) {
   const uint32_t n = c.size(), root = c.args().root;
   const uint32_t v = sched::to_vrank(c.rank(), root, n);
   const uint32_t prev = sched::from_vrank(v + n - 1, root, n),
                  next = sched::from_vrank(v + 1, root, n);
   const uint32_t segs = chain_segments(c);
+  auto piece = [&](uint32_t j) {
+    return mut_piece(c.args().recvbuf, 0, c.args().count, j, segs, c.esize());
+  };
+  uint32_t posted = v == 0 ? segs : 0;  // segments whose receive has started
   for (uint32_t j = 0; j < segs; ++j) {
-    const MutPiece piece = mut_piece(c.args().recvbuf, 0, c.args().count, j, segs, c.esize());
-    const uint32_t step = step_id(kPhaseChain, j);
-    if (v != 0) {
-      Status s = co_await c.recv(prev, step, piece.data, piece.bytes);
+    // Segment j's receive must have started; the next ones start early, up
+    // to the window (segments are disjoint).
+    while (posted <= j || (posted < segs && posted < j + kWindow && window.recvs() < kWindow)) {
+      Status s = co_await window.wait_until([&] { return window.recvs() < kWindow; });
       if (!s) co_return s;
+      window.recv(prev, step_id(kPhaseChain, posted), piece(posted));
+      ++posted;
     }
     if (v + 1 == n) continue;
-    Status s = co_await window.wait_until([&] { return window.running() < kSendWindow; });
+    const MutPiece p = piece(j);
+    Status s = co_await window.wait_until(
+        [&] { return window.sends() < kWindow && !window.written_by_recv(p.data, p.bytes); });
     if (!s) co_return s;
-    window.start(next, step, ConstPiece{piece.data, piece.bytes});
+    window.send(next, step_id(kPhaseChain, j), ConstPiece{p.data, p.bytes});
   }
-  co_return co_await window.wait_until([&] { return window.running() == 0; });
+  co_return co_await window.wait_until([&] { return window.sends() + window.recvs() == 0; });
 }
 
 Task<Status> chain(Coll &c) {
-  SendWindow window(c);
+  TransferWindow window(c);
   Status s;
   std::exception_ptr ex;
   try {
@@ -194,7 +200,7 @@ Task<Status> chain(Coll &c) {
   } catch (...) {
     ex = std::current_exception();
   }
-  co_await window.drain();  // the sends refer to the window
+  co_await window.drain();  // the transfers refer to the window
   if (ex) std::rethrow_exception(ex);
   co_return s;
 }

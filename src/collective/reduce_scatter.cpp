@@ -5,12 +5,12 @@
 // * Ring (every size): p-1 steps. At step s rank r sends its partial of
 //   block r-s-1 to rank r+1 (at s = 0 its own block straight from sendbuf)
 //   and receives the partial of block r-s-2 from rank r-1, which it combines
-//   as (incoming op own) into a scratch slot, to be sent on at step s+1; the
-//   last step's block is r itself and goes to recvbuf. Blocks above 64 KiB
-//   are cut into segments (NEXAR_PIPELINE_SEGMENT_BYTES, at least two) so the
-//   reduction of one overlaps the transfer of the next (ring.h). Scratch:
-//   segs + kSendWindow + 1 slots of one segment (a slot is reused once the
-//   send that read it has been acknowledged).
+//   as (incoming op own) into a scratch slot as it arrives, to be sent on at
+//   step s+1; the last step's block is r itself and goes to recvbuf. Blocks
+//   above 64 KiB are cut into at least two segments (of at most
+//   NEXAR_PIPELINE_SEGMENT_BYTES) so a step can send on the first while the
+//   second arrives (ring.h). Scratch: segs + kWindow + 1 slots of one segment
+//   (a slot is reused once the send that read it has been acknowledged).
 //   Cost: (p-1) S alpha + n (p-1)/p beta + n (p-1)/p gamma, n = p * recvcount
 //   * esize bytes in, S segments per block.
 //
@@ -22,7 +22,6 @@
 #include "collective/collectives.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
-#include "core/reduce.h"
 
 namespace nexar {
 namespace {
@@ -36,8 +35,6 @@ class ReduceScatterRing : public RingPlan {
         dst_(static_cast<uint8_t *>(c.args().recvbuf)),
         count_(c.args().count),
         esize_(c.esize()),
-        dtype_(c.args().dtype),
-        op_(c.args().op),
         n_(c.size()),
         me_(c.rank()),
         segs_(segs),
@@ -46,8 +43,9 @@ class ReduceScatterRing : public RingPlan {
         scratch_(scratch) {}
 
   // A slot is read by the send of the same segment one step later, which may
-  // stay in flight for kSendWindow more units: slots are reused after that.
-  static uint32_t slots(uint32_t segs) { return segs + static_cast<uint32_t>(kSendWindow) + 1; }
+  // stay in flight for kWindow more units (and the next receive is posted one
+  // unit early): slots are reused after that.
+  static uint32_t slots(uint32_t segs) { return segs + static_cast<uint32_t>(kWindow) + 1; }
   static size_t scratch_bytes(const Coll &c, uint32_t segs) {
     return slots(segs) * sched::ChunkLayout(c.args().count, segs).max_length() * c.esize();
   }
@@ -56,18 +54,14 @@ class ReduceScatterRing : public RingPlan {
     if (s == 0) return const_piece(src_, send_block(0) * count_, count_, j, segs_, esize_);
     return {slot(s - 1, j), seg_.length(j) * esize_};
   }
+  // The last step's partial completes this rank's block: it goes to recvbuf.
   MutPiece recv_piece(uint32_t s, uint32_t j) override {
-    return {slot(s, j), seg_.length(j) * esize_};
-  }
-  bool processes(uint32_t) const override { return true; }
-  MutPiece process_target(uint32_t s, uint32_t j) override {
     if (s + 2 == n_) return mut_piece(dst_, 0, count_, j, segs_, esize_);
     return {slot(s, j), seg_.length(j) * esize_};
   }
-  void process(uint32_t s, uint32_t j) override {
+  const void *recv_operand(uint32_t s, uint32_t j) override {
     const uint32_t b = sched::rs_recv_block(me_, s, n_);
-    const ConstPiece own = const_piece(src_, b * count_, count_, j, segs_, esize_);
-    reduce_out(process_target(s, j).data, slot(s, j), own.data, seg_.length(j), dtype_, op_);
+    return const_piece(src_, b * count_, count_, j, segs_, esize_).data;
   }
 
  private:
@@ -79,8 +73,6 @@ class ReduceScatterRing : public RingPlan {
   const uint8_t *src_;
   uint8_t *dst_;
   size_t count_, esize_;
-  nexar_dtype_t dtype_;
-  nexar_op_t op_;
   uint32_t n_, me_, segs_;
   sched::ChunkLayout seg_;  // one block cut into segments
   size_t slot_bytes_;

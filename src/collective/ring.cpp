@@ -12,27 +12,43 @@
 
 namespace nexar {
 
-void SendWindow::start(uint32_t to, uint32_t step, ConstPiece piece) {
-  const uint64_t id = next_id_++;
-  live_.push_back({id, static_cast<const uint8_t *>(piece.data), piece.bytes});
-  run(c_.send(to, step, piece.data, piece.bytes), id);
+void TransferWindow::send(uint32_t to, uint32_t step, ConstPiece piece) {
+  start(c_.send(to, step, piece.data, piece.bytes), piece.data, piece.bytes, false);
 }
 
-bool SendWindow::overlaps(const void *p, uint64_t bytes) const {
+void TransferWindow::recv(uint32_t from, uint32_t step, MutPiece piece, const void *operand) {
+  start(operand ? c_.recv_reduce(from, step, piece.data, operand, piece.bytes)
+                : c_.recv(from, step, piece.data, piece.bytes),
+        piece.data, piece.bytes, true);
+}
+
+void TransferWindow::start(Task<Status> transfer, const void *data, uint64_t bytes, bool recv) {
+  const uint64_t id = next_id_++;
+  live_.push_back({id, static_cast<const uint8_t *>(data), bytes, recv});
+  run(std::move(transfer), id);
+}
+
+size_t TransferWindow::count(bool recv) const {
+  return static_cast<size_t>(
+      std::count_if(live_.begin(), live_.end(), [&](const Live &l) { return l.recv == recv; }));
+}
+
+bool TransferWindow::overlaps(bool recv, const void *p, uint64_t bytes) const {
   const auto *b = static_cast<const uint8_t *>(p);
   for (const Live &l : live_)
-    if (bytes && l.bytes && b < l.data + l.bytes && l.data < b + bytes) return true;
+    if (l.recv == recv && bytes && l.bytes && b < l.data + l.bytes && l.data < b + bytes)
+      return true;
   return false;
 }
 
-Detached SendWindow::run(Task<Status> send, uint64_t id) {
+Detached TransferWindow::run(Task<Status> transfer, uint64_t id) {
   Status s;
   try {
-    s = co_await std::move(send);
+    s = co_await std::move(transfer);
   } catch (const std::bad_alloc &) {
     s = Status(NEXAR_ERR_NO_MEMORY, "out of memory");
   } catch (...) {
-    s = Status(NEXAR_ERR_INTERNAL, "internal error in a pipelined send");
+    s = Status(NEXAR_ERR_INTERNAL, "internal error in a pipelined transfer");
   }
   if (!s.ok()) c_.op()->fail(s);
   live_.erase(std::find_if(live_.begin(), live_.end(), [&](const Live &l) { return l.id == id; }));
@@ -42,60 +58,50 @@ Detached SendWindow::run(Task<Status> send, uint64_t id) {
 
 namespace {
 
-// Processes one received unit after letting the loop flush the messages the
-// caller has just queued (the yield resumes us after the transport's
-// before-sleep flush), so the peers receive while this rank reduces.
-Task<Status> process_later(Coll &c, RingPlan &plan, uint32_t step, uint32_t seg) {
-  co_await YieldToLoop{c.op()->loop()};
-  if (!c.op()->failed()) plan.process(step, seg);
-  co_return Status();
+bool disjoint(const MutPiece &a, const ConstPiece &b) {
+  const auto *pa = static_cast<const uint8_t *>(a.data);
+  const auto *pb = static_cast<const uint8_t *>(b.data);
+  return !a.bytes || !b.bytes || pa + a.bytes <= pb || pb + b.bytes <= pa;
 }
 
 Task<Status> ring_units(Coll &c, uint32_t phase, uint32_t steps, uint32_t segs, RingPlan &plan,
-                        SendWindow &window) {
+                        TransferWindow &window) {
   const uint32_t n = c.size(), me = c.rank();
   const uint32_t to = sched::ring_next(me, n), from = sched::ring_prev(me, n);
   const uint64_t units = uint64_t{steps} * segs;
-  bool pending = false;  // the previous unit still needs processing
-  uint32_t ps = 0, pj = 0;
+  auto step_of = [&](uint64_t u) { return static_cast<uint32_t>(u / segs); };
+  auto seg_of = [&](uint64_t u) { return static_cast<uint32_t>(u % segs); };
+  auto id_of = [&](uint64_t u) { return sched::step_id(phase, static_cast<uint32_t>(u)); };
+  auto can_post = [&](const MutPiece &in) {
+    return window.recvs() < kWindow && !window.read_by_send(in.data, in.bytes) &&
+           !window.written_by_recv(in.data, in.bytes);
+  };
+  uint64_t posted = 0;  // units whose receive has started
+  auto post = [&](const MutPiece &in) {
+    window.recv(from, id_of(posted), in, plan.recv_operand(step_of(posted), seg_of(posted)));
+    ++posted;
+  };
   for (uint64_t u = 0; u < units; ++u) {
-    const uint32_t s = static_cast<uint32_t>(u / segs), j = static_cast<uint32_t>(u % segs);
-    // With one segment per block this unit sends what the previous one
-    // produces: process it first.
-    const bool overlap = pending && segs >= 2;
-    if (pending && !overlap) {
-      const MutPiece t = plan.process_target(ps, pj);
-      Status st = co_await window.wait_until([&] { return !window.overlaps(t.data, t.bytes); });
+    const ConstPiece out = plan.send_piece(step_of(u), seg_of(u));
+    Status st = co_await window.wait_until(
+        [&] { return window.sends() < kWindow && !window.written_by_recv(out.data, out.bytes); });
+    if (!st) co_return st;
+    window.send(to, id_of(u), out);
+    if (posted == u) {
+      const MutPiece in = plan.recv_piece(step_of(u), seg_of(u));
+      st = co_await window.wait_until([&] { return can_post(in); });
       if (!st) co_return st;
-      plan.process(ps, pj);
-      pending = false;
+      post(in);
     }
-    const ConstPiece out = plan.send_piece(s, j);
-    const MutPiece in = plan.recv_piece(s, j);
-    const MutPiece t = overlap ? plan.process_target(ps, pj) : MutPiece{nullptr, 0};
-    Status st = co_await window.wait_until([&] {
-      return window.running() < kSendWindow && !window.overlaps(in.data, in.bytes) &&
-             !window.overlaps(t.data, t.bytes);
-    });
-    if (!st) co_return st;
-    const uint32_t step = sched::step_id(phase, static_cast<uint32_t>(u));
-    window.start(to, step, out);
-    std::vector<Task<Status>> tasks;
-    tasks.push_back(c.recv(from, step, in.data, in.bytes));
-    if (overlap) tasks.push_back(process_later(c, plan, ps, pj));
-    st = co_await when_all(c.op(), std::move(tasks));
-    if (!st) co_return st;
-    pending = plan.processes(s);
-    ps = s;
-    pj = j;
+    // The next unit's receive starts now, before its send, unless it would
+    // overwrite what that send reads or what is still being sent: so data
+    // a peer sends ahead lands in place. (Later sends read what it writes.)
+    if (u + 1 < units) {
+      const MutPiece in = plan.recv_piece(step_of(u + 1), seg_of(u + 1));
+      if (can_post(in) && disjoint(in, plan.send_piece(step_of(u + 1), seg_of(u + 1)))) post(in);
+    }
   }
-  if (pending) {
-    const MutPiece t = plan.process_target(ps, pj);
-    Status st = co_await window.wait_until([&] { return !window.overlaps(t.data, t.bytes); });
-    if (!st) co_return st;
-    plan.process(ps, pj);
-  }
-  co_return co_await window.wait_until([&] { return window.running() == 0; });
+  co_return co_await window.wait_until([&] { return window.sends() + window.recvs() == 0; });
 }
 
 }  // namespace
@@ -108,7 +114,7 @@ uint32_t ring_segments(const Coll &c, uint32_t steps, size_t max_block, bool red
   const uint32_t budget = steps ? (sched::kMaxStepIndex + 1) / steps : 1;
   // Splitting a small block only adds message latency; overlap pays off
   // once a block is more than an eager message.
-  const bool split = reduces && max_block * c.esize() > kMinOverlapBytes;
+  const bool split = reduces && max_block * c.esize() > kMinSplitBytes;
   return sched::segments_per_block(max_block, c.esize(), c.config().pipeline_segment_bytes,
                                    split ? 2 : 1, budget);
 }
@@ -119,7 +125,7 @@ Task<Status> run_ring(Coll &c, uint32_t phase, uint32_t steps, uint32_t segs, Ri
     co_return error(NEXAR_ERR_INTERNAL,
                     format("%s: ring schedule of %llu messages exceeds the numbering", c.what(),
                            static_cast<unsigned long long>(units)));
-  SendWindow window(c);
+  TransferWindow window(c);
   Status s;
   std::exception_ptr ex;
   try {
@@ -127,7 +133,7 @@ Task<Status> run_ring(Coll &c, uint32_t phase, uint32_t steps, uint32_t segs, Ri
   } catch (...) {
     ex = std::current_exception();
   }
-  // The window's sends refer to it: wait for all of them, even after a
+  // The window's transfers refer to it: wait for all of them, even after a
   // failure (which ends them promptly).
   co_await window.drain();
   if (ex) std::rethrow_exception(ex);

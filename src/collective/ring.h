@@ -4,23 +4,19 @@
 // A ring pass is `steps` steps; in each, every rank sends one block to
 // rank + 1 and receives one block from rank - 1. Each block is cut into
 // `segs` segments (sched::ChunkLayout), and the pass runs unit by unit
-// (unit = one segment of one step, in step-major order). While unit u's send
-// and receive are on the wire, the receive of unit u - 1 is processed (for
-// example reduced into the result): the processing task first yields to the
-// loop, so unit u's messages are already handed to the transport and flushed
-// before the CPU is busy reducing. The send of unit u may depend on the
-// processing of unit u - segs (the same segment one step earlier); with
-// segs == 1 that is the previous unit, so then it is processed first (no
-// overlap is possible).
+// (unit = one segment of one step, in step-major order). A receive that
+// reduces (allreduce, reduce_scatter) does so packet by packet as the data
+// arrives, straight from the decrypted packet (Coll::recv_reduce), so no
+// unit needs processing after its receive.
 //
-// A unit ends when its receive (and the overlapped processing) is done; its
-// send may still wait for the peer's acknowledgement, so up to kSendWindow
-// sends stay in flight and the link does not idle for an acknowledgement
-// round trip between units. A region is never written while a pending
-// (zero-copy) send reads it: before receiving into or processing into a
-// region, the engine waits for the sends that overlap it. The plan only has
-// to keep the processing of unit u - 1 away from what unit u sends and
-// receives.
+// Sends and receives both run in a TransferWindow: up to kWindow sends stay
+// in flight, so the link does not idle for an acknowledgement round trip
+// between units, and the next unit's receive is posted as soon as this
+// unit's send has started, so data a peer sends early lands in place
+// instead of being buffered and copied again. Dependencies are checked on
+// memory: a send waits for the running receives that write what it reads
+// (the same segment one step earlier), and a receive for the sends that read
+// what it writes; no transfer ever waits for one of a later unit.
 #pragma once
 
 #include <coroutine>
@@ -49,40 +45,43 @@ class RingPlan {
  public:
   virtual ~RingPlan() = default;
   // What unit (step, seg) sends to the next rank and where the piece from
-  // the previous rank lands. Called before the previous unit is processed,
-  // so this must only compute addresses.
+  // the previous rank lands. Must only compute addresses.
   virtual ConstPiece send_piece(uint32_t step, uint32_t seg) = 0;
   virtual MutPiece recv_piece(uint32_t step, uint32_t seg) = 0;
-  // Whether units of this step need processing once received, what the
-  // processing writes, and doing it.
-  virtual bool processes(uint32_t step) const = 0;
-  virtual MutPiece process_target(uint32_t, uint32_t) { return {nullptr, 0}; }
-  virtual void process(uint32_t, uint32_t) {}
+  // When not null, the piece from the previous rank is reduced into
+  // recv_piece as it arrives: recv_piece = incoming op operand.
+  virtual const void *recv_operand(uint32_t, uint32_t) { return nullptr; }
 };
 
-// Sends in flight at once in a ring pass (and a broadcast chain).
-constexpr size_t kSendWindow = 3;
+// Sends, and receives, in flight at once in a ring pass (and a broadcast
+// chain).
+constexpr size_t kWindow = 3;
 
-// Sends started now and finished (acknowledged) later, so a pipeline keeps
-// the link busy while acknowledgements travel. Loop thread only; the owner
-// must co_await drain() before the window goes away, on every path.
-class SendWindow {
+// Sends and receives started now and finished later, so a pipeline keeps
+// the link busy. Loop thread only; the owner must co_await drain() before the
+// window goes away, on every path.
+class TransferWindow {
  public:
-  explicit SendWindow(Coll &c) : c_(c) {}
-  SendWindow(const SendWindow &) = delete;
-  SendWindow &operator=(const SendWindow &) = delete;
+  explicit TransferWindow(Coll &c) : c_(c) {}
+  TransferWindow(const TransferWindow &) = delete;
+  TransferWindow &operator=(const TransferWindow &) = delete;
 
-  // Starts c.send(to, step, piece) at once; a failure fails the operation.
-  void start(uint32_t to, uint32_t step, ConstPiece piece);
-  size_t running() const { return live_.size(); }
-  // Whether a running send reads any of [p, p + bytes).
-  bool overlaps(const void *p, uint64_t bytes) const;
+  // Start c.send / c.recv (c.recv_reduce with an operand) at once; a
+  // failure fails the operation.
+  void send(uint32_t to, uint32_t step, ConstPiece piece);
+  void recv(uint32_t from, uint32_t step, MutPiece piece, const void *operand = nullptr);
+  size_t sends() const { return count(false); }
+  size_t recvs() const { return count(true); }
+  // Whether a running send reads, or a running receive writes, any of
+  // [p, p + bytes).
+  bool read_by_send(const void *p, uint64_t bytes) const { return overlaps(false, p, bytes); }
+  bool written_by_recv(const void *p, uint64_t bytes) const { return overlaps(true, p, bytes); }
 
   // Waits until ready() holds; ends early with the failure if the operation
   // fails.
   template <class Ready>
   Task<Status> wait_until(Ready ready) {
-    // The sends themselves time out first.
+    // The transfers themselves time out first.
     const uint64_t deadline = now_ns() + (c_.config().collective_timeout_ms + 1000) * kNsPerMs;
     while (!ready()) {
       if (c_.op()->failed()) co_return c_.op()->status();
@@ -95,10 +94,10 @@ class SendWindow {
     co_return Status();
   }
 
-  // Waits until every send has ended, whatever happened (a failed operation
-  // ends them promptly).
+  // Waits until every transfer has ended, whatever happened (a failed
+  // operation ends them promptly).
   struct Drain {
-    SendWindow *w;
+    TransferWindow *w;
     bool await_ready() const noexcept { return w->live_.empty(); }
     void await_suspend(std::coroutine_handle<> h) noexcept { w->drainer_ = h; }
     void await_resume() const noexcept {}
@@ -107,7 +106,7 @@ class SendWindow {
 
  private:
   // A wait tied to the operation (ends at once when it fails) that the
-  // window finishes whenever one of its sends ends.
+  // window finishes whenever one of its transfers ends.
   class Notify : public Wait {
    public:
     Notify(OpContext *op, uint64_t deadline_ns) : Wait(op->loop(), op, deadline_ns, -1) {}
@@ -116,14 +115,18 @@ class SendWindow {
     Status await_resume() { return result(); }
 
    protected:
-    std::string timeout_message() const override { return "pipelined sends did not complete"; }
+    std::string timeout_message() const override { return "pipelined transfers did not complete"; }
   };
   struct Live {
     uint64_t id;
     const uint8_t *data;
     uint64_t bytes;
+    bool recv;
   };
-  Detached run(Task<Status> send, uint64_t id);
+  void start(Task<Status> transfer, const void *data, uint64_t bytes, bool recv);
+  Detached run(Task<Status> transfer, uint64_t id);
+  size_t count(bool recv) const;
+  bool overlaps(bool recv, const void *p, uint64_t bytes) const;
 
   Coll &c_;
   uint64_t next_id_ = 0;
@@ -137,13 +140,13 @@ class SendWindow {
 Task<Status> run_ring(Coll &c, uint32_t phase, uint32_t steps, uint32_t segs, RingPlan &plan);
 
 // Blocks above this size are cut into at least two segments when reduced.
-constexpr uint64_t kMinOverlapBytes = 64 << 10;
+constexpr uint64_t kMinSplitBytes = 64 << 10;
 
 // Segments per block for a pass of `steps` steps over blocks of at most
 // max_block elements: pieces of at most config().pipeline_segment_bytes, at
-// least 2 per block when the pass reduces blocks above kMinOverlapBytes (so
-// reduction overlaps transfer),
-// within the message-number budget.
+// least 2 per block when the pass reduces blocks above kMinSplitBytes (so the
+// next step can send the first half of a block while its second half is
+// still being received and reduced), within the message-number budget.
 uint32_t ring_segments(const Coll &c, uint32_t steps, size_t max_block, bool reduces);
 
 // A piece of a block: segment `seg` of `segs` of the block of `len` elements

@@ -86,12 +86,4 @@ class EventLoop {
   std::vector<std::function<bool()>> hooks_;
 };
 
-// Awaitable: yield to the loop (resume from the ready queue).
-struct YieldToLoop {
-  EventLoop *loop;
-  bool await_ready() const noexcept { return false; }
-  void await_suspend(std::coroutine_handle<> h) const { loop->schedule(h); }
-  void await_resume() const noexcept {}
-};
-
 }  // namespace nexar
