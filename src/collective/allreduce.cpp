@@ -175,14 +175,10 @@ Task<Status> halving_doubling(Coll &c) {
     const size_t give_off = blocks.offset(h.give_first),
                  give_len = blocks.range_length(h.give_first, h.give_end);
     // The kept half is reduced in place as the partner's copy of it arrives,
-    // lower half's data first (see combine()).
+    // lower half's data first (as combine() does).
     uint8_t *keep = v.dst + keep_off * v.esize;
-    std::vector<Task<Status>> both;
-    both.push_back(
-        c.send(peer, step_id(kPhaseRounds, k), v.dst + give_off * v.esize, give_len * v.esize));
-    both.push_back(c.recv_reduce(peer, step_id(kPhaseRounds, k), keep, keep, keep_len * v.esize,
-                                 me_v < h.partner));
-    s = co_await when_all(c.op(), std::move(both));
+    s = co_await c.sendrecv_reduce(peer, v.dst + give_off * v.esize, give_len * v.esize, keep, keep,
+                                   keep_len * v.esize, step_id(kPhaseRounds, k), me_v < h.partner);
     if (!s) co_return s;
   }
   // Allgather by recursive doubling: the rounds backwards, each doubling the
@@ -206,8 +202,8 @@ Task<Status> halving_doubling(Coll &c) {
 // < p-1 (reduce-scatter): send block r-s-1 (at s = 0 straight from sendbuf,
 // later the partial reduced in recvbuf one step before), receive block r-s-2
 // and reduce it into recvbuf as (incoming op own) packet by packet as it
-// arrives (no scratch copy); at s = p-2 that completes block r. Step p-1+t (allgather): send block
-// r-t, receive block r-t-1 straight into recvbuf.
+// arrives (no scratch copy); at s = p-2 that completes block r. Step p-1+t
+// (allgather): send block r-t, receive block r-t-1 straight into recvbuf.
 class AllreduceRing : public RingPlan {
  public:
   AllreduceRing(const Coll &c, const Vec &v, uint32_t segs)

@@ -99,10 +99,21 @@ Task<Status> Coll::recv_reduce(uint32_t from, uint32_t step, void *data, const v
 
 Task<Status> Coll::sendrecv(uint32_t to, const void *sdata, uint64_t sbytes, uint32_t from,
                             void *rdata, uint64_t rbytes, uint32_t step) {
-  std::vector<Task<Status>> both;
-  both.push_back(send(to, step, sdata, sbytes));
-  both.push_back(recv(from, step, rdata, rbytes));
-  return when_all(op_, std::move(both));
+  return both(send(to, step, sdata, sbytes), recv(from, step, rdata, rbytes));
+}
+
+Task<Status> Coll::sendrecv_reduce(uint32_t peer, const void *sdata, uint64_t sbytes, void *rdata,
+                                   const void *own, uint64_t rbytes, uint32_t step,
+                                   bool own_first) {
+  return both(send(peer, step, sdata, sbytes),
+              recv_reduce(peer, step, rdata, own, rbytes, own_first));
+}
+
+Task<Status> Coll::both(Task<Status> a, Task<Status> b) {
+  std::vector<Task<Status>> t;
+  t.push_back(std::move(a));
+  t.push_back(std::move(b));
+  return when_all(op_, std::move(t));
 }
 
 Task<Status> Coll::confirm() {

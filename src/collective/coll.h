@@ -77,9 +77,13 @@ class Coll {
   // Sends and receives at once (both must finish; the first failure wins).
   Task<Status> sendrecv(uint32_t to, const void *sdata, uint64_t sbytes, uint32_t from, void *rdata,
                         uint64_t rbytes, uint32_t step);
+  // The same with one peer, the receive reducing as recv_reduce does.
+  Task<Status> sendrecv_reduce(uint32_t peer, const void *sdata, uint64_t sbytes, void *rdata,
+                               const void *own, uint64_t rbytes, uint32_t step, bool own_first);
 
  private:
   static constexpr uint32_t kDoneStep = (1u << 24) - 1;  // reserved for confirm()
+  Task<Status> both(Task<Status> a, Task<Status> b);
   uint64_t tag(uint32_t step) const { return (seq() << 24) | step; }
   std::vector<uint8_t> sent_, heard_;  // per peer: this rank sent to / received from it
 
