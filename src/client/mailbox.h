@@ -115,8 +115,9 @@ class RecvWait : public Wait {
   Incoming *msg_ = nullptr;
   bool posted_ = false;
   CombineOnArrival combine_;
-  // The start of an element split across two deliveries, when combining.
-  uint8_t partial_[16];
+  // The start of an element split across two deliveries, when combining
+  // (at most 7 bytes: the widest dtype has 8).
+  uint8_t partial_[8];
   size_t partial_len_ = 0;
 };
 

@@ -172,15 +172,20 @@ Task<Status> chain_units(Coll &c, TransferWindow &window) {
     return mut_piece(c.args().recvbuf, 0, c.args().count, j, segs, c.esize());
   };
   uint32_t posted = v == 0 ? segs : 0;  // segments whose receive has started
+  auto post = [&] {
+    window.recv(prev, step_id(kPhaseChain, posted), piece(posted));
+    ++posted;
+  };
   for (uint32_t j = 0; j < segs; ++j) {
-    // Segment j's receive must have started; the next ones start early, up
-    // to the window (segments are disjoint).
-    while (posted <= j || (posted < segs && posted < j + kWindow && window.recvs() < kWindow)) {
+    // Segment j's receive must have started; the next ones start early while
+    // the window has room (segments are disjoint).
+    while (posted <= j) {
       Status s = co_await window.wait_until([&] { return window.recvs() < kWindow; });
       if (!s) co_return s;
-      window.recv(prev, step_id(kPhaseChain, posted), piece(posted));
-      ++posted;
+      post();
     }
+    while (posted < segs && posted < j + kWindow && window.recvs() < kWindow)
+      post();
     if (v + 1 == n) continue;
     const MutPiece p = piece(j);
     Status s = co_await window.wait_until(
