@@ -8,9 +8,10 @@
 // * Pipelined chain (from NEXAR_LARGE_MSG_BYTES with p >= 3): v receives the
 //   buffer from v-1 segment by segment (segments of at most
 //   NEXAR_PIPELINE_SEGMENT_BYTES, about 2p of them, none below 64 KiB) and
-//   forwards each to v+1 as soon as it has arrived, with up to kWindow
-//   sends in flight and receives posted up to kWindow segments ahead. Every link carries n exactly
-//   once. Cost: (p - 2 + S) (alpha + n/S beta) for S segments.
+//   forwards each to v+1 as soon as it has arrived, with up to kSendWindow
+//   sends in flight and receives posted up to kRecvWindow segments ahead
+//   (ring.h). Every link carries n exactly once. Cost: (p - 2 + S) (alpha + n/S beta) for S
+//   segments.
 // * Scatter + ring allgather, van de Geijn (only when forced): the buffer is
 //   cut into p blocks in virtual-rank order (early blocks one element
 //   longer); a binomial scatter gives every v the blocks of its subtree, in
@@ -180,16 +181,16 @@ Task<Status> chain_units(Coll &c, TransferWindow &window) {
     // Segment j's receive must have started; the next ones start early while
     // the window has room (segments are disjoint).
     while (posted <= j) {
-      Status s = co_await window.wait_until([&] { return window.recvs() < kWindow; });
+      Status s = co_await window.wait_until([&] { return window.recvs() < kRecvWindow; });
       if (!s) co_return s;
       post();
     }
-    while (posted < segs && posted < j + kWindow && window.recvs() < kWindow)
+    while (posted < segs && posted < j + kRecvWindow && window.recvs() < kRecvWindow)
       post();
     if (v + 1 == n) continue;
     const MutPiece p = piece(j);
     Status s = co_await window.wait_until(
-        [&] { return window.sends() < kWindow && !window.written_by_recv(p.data, p.bytes); });
+        [&] { return window.sends() < kSendWindow && !window.written_by_recv(p.data, p.bytes); });
     if (!s) co_return s;
     window.send(next, step_id(kPhaseChain, j), ConstPiece{p.data, p.bytes});
   }

@@ -9,7 +9,7 @@
 //   step s+1; the last step's block is r itself and goes to recvbuf. Blocks
 //   above 64 KiB are cut into at least two segments (of at most
 //   NEXAR_PIPELINE_SEGMENT_BYTES) so a step can send on the first while the
-//   second arrives (ring.h). Scratch: segs + kWindow + 1 slots of one segment
+//   second arrives (ring.h). Scratch: segs + kSendWindow + 1 slots of one segment
 //   (a slot is reused once the send that read it has been acknowledged).
 //   Cost: (p-1) S alpha + n (p-1)/p beta + n (p-1)/p gamma, n = p * recvcount
 //   * esize bytes in, S segments per block.
@@ -43,9 +43,11 @@ class ReduceScatterRing : public RingPlan {
         scratch_(scratch) {}
 
   // A slot is read by the send of the same segment one step later, which may
-  // stay in flight for kWindow more units (and the next receive is posted one
-  // unit early): slots are reused after that.
-  static uint32_t slots(uint32_t segs) { return segs + static_cast<uint32_t>(kWindow) + 1; }
+  // stay in flight for kSendWindow more units: slots are reused after that. A
+  // receive posted further ahead than the slots allow waits for its slot
+  // (ring_units checks the memory), so the lookahead here is about
+  // kSendWindow units, not kRecvWindow: the scratch stays small.
+  static uint32_t slots(uint32_t segs) { return segs + static_cast<uint32_t>(kSendWindow) + 1; }
   static size_t scratch_bytes(const Coll &c, uint32_t segs) {
     return slots(segs) * sched::ChunkLayout(c.args().count, segs).max_length() * c.esize();
   }

@@ -73,7 +73,7 @@ Task<Status> ring_units(Coll &c, uint32_t phase, uint32_t steps, uint32_t segs, 
   auto seg_of = [&](uint64_t u) { return static_cast<uint32_t>(u % segs); };
   auto id_of = [&](uint64_t u) { return sched::step_id(phase, static_cast<uint32_t>(u)); };
   auto can_post = [&](const MutPiece &in) {
-    return window.recvs() < kWindow && !window.read_by_send(in.data, in.bytes) &&
+    return window.recvs() < kRecvWindow && !window.read_by_send(in.data, in.bytes) &&
            !window.written_by_recv(in.data, in.bytes);
   };
   uint64_t posted = 0;  // units whose receive has started
@@ -83,8 +83,9 @@ Task<Status> ring_units(Coll &c, uint32_t phase, uint32_t steps, uint32_t segs, 
   };
   for (uint64_t u = 0; u < units; ++u) {
     const ConstPiece out = plan.send_piece(step_of(u), seg_of(u));
-    Status st = co_await window.wait_until(
-        [&] { return window.sends() < kWindow && !window.written_by_recv(out.data, out.bytes); });
+    Status st = co_await window.wait_until([&] {
+      return window.sends() < kSendWindow && !window.written_by_recv(out.data, out.bytes);
+    });
     if (!st) co_return st;
     window.send(to, id_of(u), out);
     if (posted == u) {
@@ -93,12 +94,17 @@ Task<Status> ring_units(Coll &c, uint32_t phase, uint32_t steps, uint32_t segs, 
       if (!st) co_return st;
       post(in);
     }
-    // The next unit's receive starts now, before its send, unless it would
-    // overwrite what that send reads or what is still being sent: so data
-    // a peer sends ahead lands in place. (Later sends read what it writes.)
-    if (u + 1 < units) {
-      const MutPiece in = plan.recv_piece(step_of(u + 1), seg_of(u + 1));
-      if (can_post(in) && disjoint(in, plan.send_piece(step_of(u + 1), seg_of(u + 1)))) post(in);
+    // Later units' receives start now, in order, before their sends, unless
+    // one would overwrite what a send that has not started yet reads (units
+    // u+1 up to its own) or what is still being sent or received: so data a
+    // peer sends ahead lands in place. (Later sends read what they write.)
+    while (posted < units && posted <= u + kRecvWindow) {
+      const MutPiece in = plan.recv_piece(step_of(posted), seg_of(posted));
+      bool clear = can_post(in);
+      for (uint64_t w = u + 1; clear && w <= posted; ++w)
+        clear = disjoint(in, plan.send_piece(step_of(w), seg_of(w)));
+      if (!clear) break;
+      post(in);
     }
   }
   co_return co_await window.wait_until([&] { return window.sends() + window.recvs() == 0; });
