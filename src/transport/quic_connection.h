@@ -134,6 +134,10 @@ class QuicConnection {
   // Sends CONNECTION_CLOSE (once) and fails everything queued.
   void close(uint64_t app_error, const Status &why);
   bool closed() const { return closed_; }
+  // Whether the connection is on its endpoint's list of connections to write
+  // before the loop sleeps (QuicEndpoint::mark_dirty).
+  bool write_queued() const { return write_queued_; }
+  void set_write_queued(bool queued) { write_queued_ = queued; }
   // Starts a QUIC key update (RFC 9001 section 6) now; ngtcp2 also starts one
   // by itself before a key reaches its AEAD limit. Loop thread.
   Status initiate_key_update();
@@ -244,6 +248,7 @@ class QuicConnection {
   ngtcp2_path path_;
   ev_timer timer_;
   bool closed_ = false;
+  bool write_queued_ = false;
   bool streams_open_ = false;
   bool identity_checked_ = false;
   std::vector<ngtcp2_cid> scids_;  // routed to us by the endpoint

@@ -11,8 +11,8 @@ namespace nexar {
 namespace {
 constexpr size_t kScidLen = 16;
 constexpr size_t kMaxReadBatches = 8;  // per wake-up, so writes and timers get their turn
-std::string cid_key(const uint8_t *data, size_t len) {
-  return std::string(reinterpret_cast<const char *>(data), len);
+std::string_view cid_key(const uint8_t *data, size_t len) {
+  return std::string_view(reinterpret_cast<const char *>(data), len);
 }
 }  // namespace
 
@@ -67,11 +67,12 @@ size_t QuicEndpoint::max_udp_payload(const SocketAddress &remote) const {
 }
 
 void QuicEndpoint::route(const ngtcp2_cid &cid, QuicConnection *c) {
-  routes_[cid_key(cid.data, cid.datalen)] = c;
+  routes_.insert_or_assign(std::string(cid_key(cid.data, cid.datalen)), c);
 }
 
 void QuicEndpoint::unroute(const ngtcp2_cid &cid) {
-  routes_.erase(cid_key(cid.data, cid.datalen));
+  auto it = routes_.find(cid_key(cid.data, cid.datalen));
+  if (it != routes_.end()) routes_.erase(it);
 }
 
 Status QuicEndpoint::connect(const SocketAddress &remote, uint32_t peer_rank,
@@ -84,8 +85,17 @@ Status QuicEndpoint::connect(const SocketAddress &remote, uint32_t peer_rank,
   return {};
 }
 
+void QuicEndpoint::mark_dirty(QuicConnection *c) {
+  if (c->write_queued()) return;
+  c->set_write_queued(true);
+  dirty_.push_back(c);
+}
+
 void QuicEndpoint::retire(QuicConnection *c) {
-  dirty_.erase(c);
+  if (c->write_queued()) {
+    c->set_write_queued(false);
+    std::erase(dirty_, c);
+  }
   for (auto it = conns_.begin(); it != conns_.end(); ++it) {
     if (it->get() == c) {
       retired_.push_back(std::move(*it));
@@ -193,21 +203,27 @@ bool QuicEndpoint::flush() {
   retired_.clear();                     // no connection callback is on the stack here
   if (!pending_.empty()) return false;  // wait for EV_WRITE
   bool more = false;
-  auto dirty = std::move(dirty_);
-  dirty_.clear();
-  for (QuicConnection *c : dirty) {
+  flushing_.swap(dirty_);
+  for (size_t i = 0; i < flushing_.size(); ++i) {
+    QuicConnection *c = flushing_[i];
+    if (!c->write_queued()) continue;  // retired meanwhile
+    c->set_write_queued(false);
     if (c->closed()) continue;
     if (c->write()) {
       more = true;
-      dirty_.insert(c);
+      mark_dirty(c);
     }
     if (!pending_.empty()) {
       // Socket full: the others wait for EV_WRITE.
-      for (QuicConnection *rest : dirty)
-        dirty_.insert(rest);
+      for (size_t j = i + 1; j < flushing_.size(); ++j) {
+        if (!flushing_[j]->write_queued()) continue;
+        flushing_[j]->set_write_queued(false);
+        mark_dirty(flushing_[j]);
+      }
       break;
     }
   }
+  flushing_.clear();
   return more;
 }
 

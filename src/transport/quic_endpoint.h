@@ -7,8 +7,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
@@ -62,7 +62,9 @@ class QuicEndpoint {
   size_t max_udp_payload(const SocketAddress &remote) const;
   void route(const ngtcp2_cid &cid, QuicConnection *c);
   void unroute(const ngtcp2_cid &cid);
-  void mark_dirty(QuicConnection *c) { dirty_.insert(c); }
+  // Queues c to be written before the loop sleeps (once, however often it is
+  // marked).
+  void mark_dirty(QuicConnection *c);
   uint8_t *tx_buffer() { return tx_.data(); }
   void transmit(const SocketAddress &to, const uint8_t *buf, const size_t *sizes, size_t n);
   TransportStats &stats() { return stats_; }
@@ -93,10 +95,20 @@ class QuicEndpoint {
   UdpSocket socket_;
   ev_io io_;
   bool reading_ = false;
-  std::unordered_map<std::string, QuicConnection *> routes_;
+  // Looked up by std::string_view, so a received datagram does not allocate
+  // its connection ID as a std::string (IDs are longer than the SSO buffer).
+  struct CidHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view cid) const { return std::hash<std::string_view>{}(cid); }
+  };
+  std::unordered_map<std::string, QuicConnection *, CidHash, std::equal_to<>> routes_;
   std::vector<std::unique_ptr<QuicConnection>> conns_;
   std::vector<std::unique_ptr<QuicConnection>> retired_;
-  std::unordered_set<QuicConnection *> dirty_;
+  // Connections to write before the loop sleeps, in the order they were
+  // marked; flush() works through `flushing_` (kept to reuse its storage: a
+  // hash set here allocated on every packet).
+  std::vector<QuicConnection *> dirty_;
+  std::vector<QuicConnection *> flushing_;
   std::vector<uint8_t> tx_;
   std::vector<UdpSocket::Datagram> rx_;
   // Packets ngtcp2 produced while the socket buffer was full.
