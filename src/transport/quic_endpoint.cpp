@@ -214,12 +214,10 @@ bool QuicEndpoint::flush() {
       mark_dirty(c);
     }
     if (!pending_.empty()) {
-      // Socket full: the others wait for EV_WRITE.
-      for (size_t j = i + 1; j < flushing_.size(); ++j) {
-        if (!flushing_[j]->write_queued()) continue;
-        flushing_[j]->set_write_queued(false);
-        mark_dirty(flushing_[j]);
-      }
+      // Socket full: the others (still queued, unless retired) wait for
+      // EV_WRITE.
+      for (size_t j = i + 1; j < flushing_.size(); ++j)
+        if (flushing_[j]->write_queued()) dirty_.push_back(flushing_[j]);
       break;
     }
   }
