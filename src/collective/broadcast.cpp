@@ -179,13 +179,14 @@ Task<Status> chain_units(Coll &c, TransferWindow &window) {
   };
   for (uint32_t j = 0; j < segs; ++j) {
     // Segment j's receive must have started; the next ones start early while
-    // the window has room (segments are disjoint).
+    // fewer than kRecvWindow are running (segments are disjoint, so nothing
+    // else limits how far ahead).
     while (posted <= j) {
       Status s = co_await window.wait_until([&] { return window.recvs() < kRecvWindow; });
       if (!s) co_return s;
       post();
     }
-    while (posted < segs && posted < j + kRecvWindow && window.recvs() < kRecvWindow)
+    while (posted < segs && window.recvs() < kRecvWindow)
       post();
     if (v + 1 == n) continue;
     const MutPiece p = piece(j);

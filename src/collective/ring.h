@@ -50,7 +50,9 @@ class RingPlan {
   virtual ConstPiece send_piece(uint32_t step, uint32_t seg) = 0;
   virtual MutPiece recv_piece(uint32_t step, uint32_t seg) = 0;
   // When not null, the piece from the previous rank is reduced into
-  // recv_piece as it arrives: recv_piece = incoming op operand.
+  // recv_piece as it arrives: recv_piece = incoming op operand. The operand
+  // must be the receive's own piece or memory no transfer of the pass
+  // writes (ring_units checks only the receive's piece against the others).
   virtual const void *recv_operand(uint32_t, uint32_t) { return nullptr; }
 };
 
