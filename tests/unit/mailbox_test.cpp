@@ -180,6 +180,28 @@ TEST_F(Fixture, CombiningReceiveReducesWhateverTheCutOfTheBytes) {
   EXPECT_EQ(dst, c.want);
 }
 
+// 8-byte elements: a cut can leave up to 7 bytes of one element in the
+// carry (the widest dtype sets its size).
+TEST_F(Fixture, CombiningReceiveCarriesSplitEightByteElements) {
+  const size_t n = 300;
+  std::vector<double> incoming(n), own(n), want(n), dst(n, -1.0);
+  for (size_t i = 0; i < n; ++i) {
+    incoming[i] = static_cast<double>(i) * 1.25 + 0.5;
+    own[i] = 7.0 - static_cast<double>(i);
+    want[i] = std::max(incoming[i], own[i]);
+  }
+  const CombineOnArrival comb{reinterpret_cast<const uint8_t *>(own.data()), NEXAR_DTYPE_F64,
+                              NEXAR_OP_MAX, 8};
+  RecvWait w(&box, &op, deadline, key(5), dst.data(), n * 8, 0, 1, "recv", comb);
+  ASSERT_FALSE(w.await_ready());
+  MessageSink *s = box.on_message(key(5), n * 8, 0, nullptr, -1);
+  write_in_odd_pieces(s, reinterpret_cast<const uint8_t *>(incoming.data()), 0, n * 8);
+  s->finish(true);
+  ASSERT_TRUE(w.finished());
+  ASSERT_TRUE(w.result().ok()) << w.result().message;
+  EXPECT_EQ(dst, want);
+}
+
 TEST_F(Fixture, CombiningReceiveInPlaceTakesWhatWasBufferedThenTheRest) {
   SumCase c(1000);
   // 2001 bytes arrive before the receive (buffered), the rest after it binds:
