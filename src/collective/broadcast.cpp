@@ -9,7 +9,7 @@
 //   buffer from v-1 segment by segment (segments of at most
 //   NEXAR_PIPELINE_SEGMENT_BYTES, about 2p of them, none below 64 KiB) and
 //   forwards each to v+1 as soon as it has arrived, with up to kSendWindow
-//   sends in flight and receives posted up to kRecvWindow segments ahead
+//   sends in flight and up to kRecvWindow receives posted ahead
 //   (ring.h). Every link carries n exactly once. Cost: (p - 2 + S) (alpha + n/S beta) for S
 //   segments.
 // * Scatter + ring allgather, van de Geijn (only when forced): the buffer is
