@@ -110,7 +110,7 @@ void QuicConnection::fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *
   ngtcp2_settings_default(s);
   s->initial_ts = ts;
   s->initial_rtt = NGTCP2_MILLISECONDS;  // a cluster, not the internet (pitfall 2)
-  s->cc_algo = NGTCP2_CC_ALGO_CUBIC;
+  s->cc_algo = ep_->congestion_control();
   s->max_tx_udp_payload_size = ep_->max_udp_payload(remote_);
   s->no_tx_udp_payload_size_shaping = 1;
   s->max_window = kConnWindow;

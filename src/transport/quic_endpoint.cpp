@@ -3,9 +3,11 @@
 #include <gnutls/crypto.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "transport/congestion_control.h"
 
 namespace nexar {
 namespace {
@@ -43,14 +45,31 @@ QuicEndpoint::~QuicEndpoint() {
 
 Status QuicEndpoint::open(const SocketAddress &bind_addr) {
   Status s = socket_.bind(bind_addr);
-  if (s) start_reading();
+  if (!s) return s;
+  choose_congestion_control();
+  start_reading();
   return s;
 }
 
 Status QuicEndpoint::adopt(int fd) {
   Status s = socket_.adopt(fd);
-  if (s) start_reading();
+  if (!s) return s;
+  choose_congestion_control();
+  start_reading();
   return s;
+}
+
+void QuicEndpoint::choose_congestion_control() {
+  const size_t rcvbuf = socket_.receive_buffer();
+  cc_algo_ = congestion_control_for(rcvbuf);
+  static std::atomic<bool> warned{false};  // once per process, not per communicator
+  if (rcvbuf < kBbrMinReceiveBuffer && !warned.exchange(true))
+    LOG_WARN(
+        "the UDP receive buffer is %zu KiB (SO_RCVBUF), under the %zu KiB bulk transfers need: "
+        "datagrams will likely be dropped, and connections use CUBIC instead of BBRv2; raise "
+        "net.core.rmem_max and net.core.wmem_max to 4194304 or more (they cap processes "
+        "without CAP_NET_ADMIN)",
+        rcvbuf >> 10, kBbrMinReceiveBuffer >> 10);
 }
 
 void QuicEndpoint::start_reading() {

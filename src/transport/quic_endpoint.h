@@ -60,6 +60,8 @@ class QuicEndpoint {
   uint64_t connect_timeout_ns() const { return connect_timeout_ns_; }
   uint64_t keep_alive_ns() const { return keep_alive_ns_; }
   size_t max_udp_payload(const SocketAddress &remote) const;
+  // Chosen when the socket opens (congestion_control.h).
+  ngtcp2_cc_algo congestion_control() const { return cc_algo_; }
   void route(const ngtcp2_cid &cid, QuicConnection *c);
   void unroute(const ngtcp2_cid &cid);
   // Queues c to be written before the loop sleeps (once, however often it is
@@ -76,6 +78,7 @@ class QuicEndpoint {
   }
 
  private:
+  void choose_congestion_control();
   void start_reading();
   static void on_readable(struct ev_loop *, ev_io *w, int revents);
   void read_socket();
@@ -93,6 +96,7 @@ class QuicEndpoint {
   TlsPolicy policy_;
   uint8_t secret_[kSecretLen];
   UdpSocket socket_;
+  ngtcp2_cc_algo cc_algo_ = NGTCP2_CC_ALGO_CUBIC;
   ev_io io_;
   bool reading_ = false;
   // Looked up by std::string_view, so a received datagram does not allocate

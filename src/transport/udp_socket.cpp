@@ -79,13 +79,18 @@ Status UdpSocket::finish() {
   gso_ = setsockopt(fd_, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof seg) == 0;
   seg = 0;
   if (gso_) setsockopt(fd_, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof seg);
+  int rcvbuf = 0;
+  socklen_t rcvbuf_len = sizeof rcvbuf;
+  if (getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rcvbuf_len) == 0 && rcvbuf > 0)
+    receive_buffer_ = static_cast<size_t>(rcvbuf);
 
   rx_buf_.resize(kRxSlots * kRxSlotSize);
   rx_msgs_.resize(kRxSlots);
   rx_iov_.resize(kRxSlots);
   rx_addr_.resize(kRxSlots);
   rx_ctrl_.resize(kRxSlots * kCtrlSlot);
-  LOG_DEBUG("udp socket bound to %s (gso %d, gro %d)", local_.to_string().c_str(), gso_, gro_);
+  LOG_DEBUG("udp socket bound to %s (gso %d, gro %d, receive buffer %zu KiB)",
+            local_.to_string().c_str(), gso_, gro_, receive_buffer_ >> 10);
   return {};
 }
 

@@ -24,6 +24,8 @@ class UdpSocket {
   // Takes over a socket the caller created and bound (made non-blocking here).
   Status adopt(int fd);
   int fd() const { return fd_; }
+  // Bytes the kernel queues for this socket (SO_RCVBUF as it reports it).
+  size_t receive_buffer() const { return receive_buffer_; }
   const SocketAddress &local() const { return local_; }
 
   // One received datagram (GRO-coalesced datagrams are split by the caller
@@ -51,6 +53,7 @@ class UdpSocket {
   SocketAddress local_;
   bool gso_ = false;
   bool gro_ = false;
+  size_t receive_buffer_ = 0;
   std::vector<uint8_t> rx_buf_;
   std::vector<mmsghdr> rx_msgs_;
   std::vector<iovec> rx_iov_;
