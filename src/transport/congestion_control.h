@@ -15,7 +15,7 @@ inline constexpr size_t kBbrMinReceiveBuffer = size_t{8} << 20;
 
 // Why not CUBIC everywhere: in a collective both ends of a connection send
 // and compute at once, so a packet waits for its peer's current batch before
-// it is acknowledged (smoothed RTT 90-250 us on loopback under load), and
+// it is acknowledged (smoothed RTT 90-185 us on loopback under load), and
 // ngtcp2 0.12's CUBIC, capped at a multiple of delivery rate x RTT, kept its
 // window at 0.5-2 MiB: the sender stalled on a full window while the peer
 // had cores to spare. BBRv2 paces by measured bandwidth and keeps several MiB
