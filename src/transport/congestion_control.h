@@ -8,10 +8,10 @@
 
 namespace nexar {
 
-// The socket receive buffer, as SO_RCVBUF reports it (the kernel's doubled
-// figure for an 8 MiB request capped at net.core.rmem_max = 4 MiB), from
-// which connections run BBRv2.
-inline constexpr size_t kBbrMinReceiveBuffer = size_t{8} << 20;
+// The granted socket receive buffer (UdpSocket::receive_buffer) from which
+// connections run BBRv2: net.core.rmem_max = 4194304 for processes without
+// CAP_NET_ADMIN.
+inline constexpr size_t kBbrMinReceiveBuffer = size_t{4} << 20;
 
 // Why not CUBIC everywhere: in a collective both ends of a connection send
 // and compute at once, so a packet waits for its peer's current batch before

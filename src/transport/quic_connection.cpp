@@ -22,10 +22,10 @@ constexpr uint64_t kConnWindow = 96ull << 20;
 constexpr uint64_t kMaxStreamsUni = 16;
 constexpr size_t kMaxBurstPackets = 64;
 // What one write seals before handing it to the socket: two 64 KB loopback
-// datagrams, or 64 wire-sized ones. Small bursts overlap this side sealing
-// the next packet with the peer opening the last one; BBRv2's 650 KB send
-// quantum sealed whole bursts first and slowed 256 KiB broadcasts by a
-// tenth to a fifth (docs/performance.md).
+// datagrams, or 64 wire-sized ones (kMaxBurstPackets). Small bursts overlap
+// this side sealing the next packet with the peer opening the last one;
+// with BBRv2's 650 KB send quantum, bursts of two were best or level on
+// every 4 and 64 MiB row measured (docs/performance.md, "Bursts").
 constexpr size_t kMaxBurstBytes = 128 << 10;
 const uint8_t kZeros[64 * 1024] = {};  // the unwritten rest of a cancelled send
 
@@ -726,7 +726,8 @@ bool QuicConnection::write() {
   const uint64_t ts = now_ns();
   const size_t max_pkt = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_);
   size_t burst = ngtcp2_conn_get_send_quantum(conn_) / max_pkt;
-  burst = std::clamp<size_t>(burst, 1, std::min(kMaxBurstPackets, kMaxBurstBytes / max_pkt));
+  const size_t max_burst = std::clamp<size_t>(kMaxBurstBytes / max_pkt, 1, kMaxBurstPackets);
+  burst = std::clamp<size_t>(burst, 1, max_burst);
   uint8_t *buf = ep_->tx_buffer();
   size_t sizes[kMaxBurstPackets];
   size_t npkts = 0, off = 0;

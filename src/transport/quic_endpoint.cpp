@@ -7,7 +7,6 @@
 
 #include "core/clock.h"
 #include "core/log.h"
-#include "transport/congestion_control.h"
 
 namespace nexar {
 namespace {
@@ -44,38 +43,28 @@ QuicEndpoint::~QuicEndpoint() {
 }
 
 Status QuicEndpoint::open(const SocketAddress &bind_addr) {
-  Status s = socket_.bind(bind_addr);
-  if (!s) return s;
-  choose_congestion_control();
-  start_reading();
-  return s;
+  return started(socket_.bind(bind_addr));
 }
 
 Status QuicEndpoint::adopt(int fd) {
-  Status s = socket_.adopt(fd);
-  if (!s) return s;
-  choose_congestion_control();
-  start_reading();
-  return s;
+  return started(socket_.adopt(fd));
 }
 
-void QuicEndpoint::choose_congestion_control() {
+Status QuicEndpoint::started(Status opened) {
+  if (!opened) return opened;
   const size_t rcvbuf = socket_.receive_buffer();
-  cc_algo_ = congestion_control_for(rcvbuf);
   static std::atomic<bool> warned{false};  // once per process, not per communicator
   if (rcvbuf < kBbrMinReceiveBuffer && !warned.exchange(true))
     LOG_WARN(
-        "the UDP receive buffer is %zu KiB (SO_RCVBUF), under the %zu KiB bulk transfers need: "
-        "datagrams will likely be dropped, and connections use CUBIC instead of BBRv2; raise "
-        "net.core.rmem_max and net.core.wmem_max to 4194304 or more (they cap processes "
-        "without CAP_NET_ADMIN)",
-        rcvbuf >> 10, kBbrMinReceiveBuffer >> 10);
-}
-
-void QuicEndpoint::start_reading() {
+        "the UDP receive buffer is %zu KiB, under the %zu KiB bulk transfers need: datagrams "
+        "will likely be dropped, and connections use CUBIC instead of BBRv2; raise "
+        "net.core.rmem_max and net.core.wmem_max to %zu or more (they cap processes without "
+        "CAP_NET_ADMIN)",
+        rcvbuf >> 10, kBbrMinReceiveBuffer >> 10, kBbrMinReceiveBuffer);
   ev_io_set(&io_, socket_.fd(), EV_READ);
   ev_io_start(loop_->raw(), &io_);
   reading_ = true;
+  return opened;
 }
 
 size_t QuicEndpoint::max_udp_payload(const SocketAddress &remote) const {

@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "engine/event_loop.h"
+#include "transport/congestion_control.h"
 #include "transport/quic_connection.h"
 #include "transport/tls_credentials.h"
 #include "transport/udp_socket.h"
@@ -60,8 +61,10 @@ class QuicEndpoint {
   uint64_t connect_timeout_ns() const { return connect_timeout_ns_; }
   uint64_t keep_alive_ns() const { return keep_alive_ns_; }
   size_t max_udp_payload(const SocketAddress &remote) const;
-  // Chosen when the socket opens (congestion_control.h).
-  ngtcp2_cc_algo congestion_control() const { return cc_algo_; }
+  // By the socket's receive buffer (congestion_control.h).
+  ngtcp2_cc_algo congestion_control() const {
+    return congestion_control_for(socket_.receive_buffer());
+  }
   void route(const ngtcp2_cid &cid, QuicConnection *c);
   void unroute(const ngtcp2_cid &cid);
   // Queues c to be written before the loop sleeps (once, however often it is
@@ -78,8 +81,8 @@ class QuicEndpoint {
   }
 
  private:
-  void choose_congestion_control();
-  void start_reading();
+  // After the socket is open: warns about a small buffer, starts reading.
+  Status started(Status opened);
   static void on_readable(struct ev_loop *, ev_io *w, int revents);
   void read_socket();
   void handle_datagram(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);
@@ -96,7 +99,6 @@ class QuicEndpoint {
   TlsPolicy policy_;
   uint8_t secret_[kSecretLen];
   UdpSocket socket_;
-  ngtcp2_cc_algo cc_algo_ = NGTCP2_CC_ALGO_CUBIC;
   ev_io io_;
   bool reading_ = false;
   // Looked up by std::string_view, so a received datagram does not allocate

@@ -79,10 +79,11 @@ Status UdpSocket::finish() {
   gso_ = setsockopt(fd_, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof seg) == 0;
   seg = 0;
   if (gso_) setsockopt(fd_, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof seg);
+  // SO_RCVBUF reads back twice the grant (the kernel's bookkeeping share).
   int rcvbuf = 0;
   socklen_t rcvbuf_len = sizeof rcvbuf;
   if (getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rcvbuf_len) == 0 && rcvbuf > 0)
-    receive_buffer_ = static_cast<size_t>(rcvbuf);
+    receive_buffer_ = static_cast<size_t>(rcvbuf) / 2;
 
   rx_buf_.resize(kRxSlots * kRxSlotSize);
   rx_msgs_.resize(kRxSlots);

@@ -24,7 +24,8 @@ class UdpSocket {
   // Takes over a socket the caller created and bound (made non-blocking here).
   Status adopt(int fd);
   int fd() const { return fd_; }
-  // Bytes the kernel queues for this socket (SO_RCVBUF as it reports it).
+  // The receive buffer the kernel granted: what was asked for, capped at
+  // net.core.rmem_max for processes without CAP_NET_ADMIN.
   size_t receive_buffer() const { return receive_buffer_; }
   const SocketAddress &local() const { return local_; }
 
