@@ -332,8 +332,9 @@ void check_allreduce(const World &w, size_t count, nexar_dtype_t dt, nexar_op_t 
 }
 
 // The thresholds are options: with large_msg_bytes = 256 KiB and 40000-byte
-// segments, 37 elements use recursive doubling, ~100 KiB halving-doubling and
-// ~300 KiB the segmented ring, for every dtype and op.
+// segments, 37 elements use the direct exchange (3 ranks) or recursive
+// doubling (8 ranks), ~100 KiB halving-doubling and ~300 KiB the segmented
+// ring, for every dtype and op.
 TEST(Allreduce, EveryDtypeAndOpOnEveryAlgorithm) {
   for (uint32_t n : {3u, 8u}) {
     nexar_comm_options_t o = options(256 << 10, 40000);
@@ -473,13 +474,52 @@ TEST(AllreduceUnderEnv, DISABLED_SweepWithTheForcedAlgorithm) {
 }
 
 TEST(Allreduce, ForcedAlgorithms) {
-  for (const char *algo : {"recursive_doubling", "halving_doubling", "ring", "bogus"}) {
+  for (const char *algo : {"recursive_doubling", "halving_doubling", "ring", "direct", "bogus"}) {
     std::string out;
     const int status =
         run_child(std::string("NEXAR_ALLREDUCE_ALGO=") + algo, "AllreduceUnderEnv.*", &out);
     EXPECT_EQ(status, 0) << "NEXAR_ALLREDUCE_ALGO=" << algo << ":\n" << out;
     EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
   }
+}
+
+// Messages each rank of w sends during one in-place f32 SUM allreduce of
+// count ones (whose result is checked too).
+std::vector<uint64_t> messages_sent_by_allreduce(const World &w, size_t count) {
+  const uint32_t n = w.size();
+  auto sent = [&](uint32_t r) {
+    nexar_stats_t st;
+    st.struct_size = sizeof st;
+    EXPECT_EQ(nexar_comm_get_stats(w[r], &st), NEXAR_OK);
+    return st.messages_sent;
+  };
+  std::vector<uint64_t> messages(n);
+  for (uint32_t r = 0; r < n; ++r)
+    messages[r] = sent(r);
+  std::vector<std::vector<float>> bufs(n, std::vector<float>(count, 1.0f));
+  run(w, [&](uint32_t r) {
+    return nexar_allreduce(w[r], bufs[r].data(), bufs[r].data(), count, NEXAR_DTYPE_F32,
+                           NEXAR_OP_SUM, nullptr, nullptr);
+  });
+  for (uint32_t r = 0; r < n; ++r) {
+    messages[r] = sent(r) - messages[r];
+    EXPECT_EQ(bufs[r], std::vector<float>(count, static_cast<float>(n))) << "rank " << r;
+  }
+  return messages;
+}
+
+// Up to 16 KiB on 3 ranks the direct exchange sends one message to each peer
+// in a single step; recursive doubling's fold would take three steps.
+// Above 16 KiB, and on 4 ranks (2 steps < 3 messages), recursive doubling.
+TEST(Allreduce, SmallVectorsOnThreeRanksGoDirect) {
+  World three(3), four(4);
+  ASSERT_TRUE(three.ok() && four.ok());
+  using Counts = std::vector<uint64_t>;
+  EXPECT_EQ(messages_sent_by_allreduce(three, 1), (Counts{2, 2, 2}));
+  EXPECT_EQ(messages_sent_by_allreduce(three, 4096), (Counts{2, 2, 2}));  // 16 KiB
+  // Rank 0 hands its vector to rank 1 and gets the result back from it.
+  EXPECT_EQ(messages_sent_by_allreduce(three, 4097), (Counts{1, 2, 1}));
+  EXPECT_EQ(messages_sent_by_allreduce(four, 1), (Counts{2, 2, 2, 2}));
 }
 
 // ---- reduce_scatter -------------------------------------------------------------
