@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "bench_proc.h"
+#include "bench_rounds.h"
 #include "bench_rows.h"
 
 #ifndef NEXAR_BENCH_SOURCE_DIR
@@ -195,14 +196,22 @@ class Driver {
     total_rows_ = 0;
     for (size_t k = 0; k < o_.ranks.size(); ++k)
       for (const std::string &op : o_.ops)
-        total_rows_ += libs_for(op).size() * (op == "barrier" ? 1 : o_.sizes.size());
+        total_rows_ += libs_for(op).size() * (op == "barrier" ? 1 : o_.sizes.size()) *
+                       static_cast<size_t>(o_.rounds);
     for (int n : o_.ranks)
       for (const std::string &op : o_.ops) {
         const size_t first = results_.size();
-        for (const std::string &lib : libs_for(op))
-          run_one({lib, op, n});
+        std::vector<Round> rounds;
+        for (round_ = 1; round_ <= o_.rounds; ++round_) {
+          for (const std::string &lib : libs_for(op))
+            run_one({lib, op, n});
+          rounds.emplace_back(results_.begin() + static_cast<long>(first), results_.end());
+          results_.resize(first);
+        }
+        for (Result &r : combine_rounds(rounds))
+          results_.push_back(std::move(r));
         progress_.clear();
-        print_table(op, n, first);
+        print_table(op, n, first, rounds);
         // Rows so far, so that an interrupted run keeps what it measured.
         if (!o_.json_path.empty()) write_json(o_.json_path);
         if (!o_.csv_path.empty()) write_csv(o_.csv_path);
@@ -326,8 +335,11 @@ class Driver {
     const std::string size = s.op == "barrier" || next_index >= o_.sizes.size()
                                  ? std::string()
                                  : " " + size_label(o_.sizes[next_index]);
-    progress_.show(s.op + size + "  [" + s.lib + ", " + std::to_string(s.ranks) + " ranks]  " +
-                   std::to_string(done_rows_) + "/" + std::to_string(total_rows_));
+    const std::string round =
+        o_.rounds > 1 ? ", round " + std::to_string(round_) + "/" + std::to_string(o_.rounds)
+                      : std::string();
+    progress_.show(s.op + size + "  [" + s.lib + ", " + std::to_string(s.ranks) + " ranks" + round +
+                   "]  " + std::to_string(done_rows_) + "/" + std::to_string(total_rows_));
   }
 
   void run_one(const RunSpec &s) {
@@ -417,8 +429,10 @@ class Driver {
     }
   }
 
-  // One aligned table for (op, ranks), nexar first, then each compared lib.
-  void print_table(const std::string &op, int ranks, size_t first) {
+  // One aligned table for (op, ranks), nexar first, then each compared lib;
+  // with several rounds the ratios are paired round by round.
+  void print_table(const std::string &op, int ranks, size_t first,
+                   const std::vector<Round> &rounds) {
     std::vector<std::string> peers;
     for (const std::string &l : libs_for(op))
       if (l != "nexar") peers.push_back(l);
@@ -460,8 +474,13 @@ class Driver {
           continue;
         }
         std::string ratio = "-";
-        if (nx_ok && nx->median_us > 0) {
-          char b[32];
+        char b[64];
+        if (rounds.size() > 1) {
+          if (const auto r = paired_ratio(rounds, p, i)) {
+            snprintf(b, sizeof b, "%.2f (%.2f\u2013%.2f)", r->median, r->lowest, r->highest);
+            ratio = b;
+          }
+        } else if (nx_ok && nx->median_us > 0) {
           snprintf(b, sizeof b, "%.2f", pr->median_us / nx->median_us);
           ratio = b;
         }
@@ -469,9 +488,15 @@ class Driver {
       }
       t.add(cells);
     }
-    printf(
-        "\n%s, %d ranks: median/loop/cpu in us, busbw in GB/s%s\n", op.c_str(), ranks,
-        peers.empty() ? "" : "; \u00d7lib = lib median / nexar median (above 1: nexar is faster)");
+    const std::string of_rounds =
+        rounds.size() > 1 ? ", medians of " + std::to_string(rounds.size()) + " rounds" : "";
+    const char *ratio_note =
+        peers.empty()       ? ""
+        : rounds.size() > 1 ? "; \u00d7lib = lib median / nexar median in the same round, the "
+                              "median (lowest\u2013highest) over rounds; above 1: nexar is faster"
+                            : "; \u00d7lib = lib median / nexar median (above 1: nexar is faster)";
+    printf("\n%s, %d ranks: median/loop/cpu in us, busbw in GB/s%s%s\n", op.c_str(), ranks,
+           of_rounds.c_str(), ratio_note);
     t.print(stdout);
     for (const std::string &f : failures)
       printf("  %s\n", f.c_str());
@@ -537,6 +562,7 @@ class Driver {
   Progress progress_;
   std::vector<Result> results_;
   size_t total_rows_ = 0, done_rows_ = 0;
+  int round_ = 1;  // of o_.rounds, for the progress line
 };
 
 }  // namespace

@@ -24,6 +24,7 @@ struct DriverOptions {
   std::vector<std::string> compare;
   std::string json_path, csv_path, plot_path;
   int timeout_s = 300;  // per row: a program silent this long is killed
+  int rounds = 1;       // every library runs once per round, in turn (bench_rounds.h)
   std::string self_exe;
 };
 

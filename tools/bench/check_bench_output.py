@@ -9,7 +9,10 @@ mode rows (default): runs `BENCH_EXE ARGS --json J --csv C` and asserts that
   check "ok", times positive and ordered (min <= median <= max), bandwidths
   positive (zero for barrier), bytes as bench_measure.h lays them out; that
   the CSV holds the same rows; and that the terminal table names every op.
-  With --plot in ARGS it also asserts a PNG was written.
+  With --plot in ARGS it also asserts a PNG was written. With --rounds R
+  (R > 1) it asserts that the rounds were combined (still one row per size),
+  that every table says "medians of R rounds", and that each ratio cell
+  reads "median (lowest-highest)" with lowest <= median <= highest.
   It skips (exit 77) when what ARGS need is not installed and ctest cannot
   install it (scripts/test.sh does, first): with --compare, the peers'
   packages (Open MPI: openmpi-bin, libopenmpi-dev; Gloo: libgloo-dev); with
@@ -24,6 +27,7 @@ Figures are never asserted.
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -188,11 +192,27 @@ def mode_rows(bench, args, tmp):
                 fail(f"no table for {op}, {n} ranks on stdout")
     if compare and "\u00d7" + compare[0] not in p.stdout:
         fail(f"no ratio column \u00d7{compare[0]} in the table")
+    rounds = int(arg(args, "--rounds", "1"))
+    if rounds > 1:
+        check_round_ratios(p.stdout, rounds, len(ranks) * len(ops), bool(compare))
     if plot:
         with open(plot, "rb") as f:
             if f.read(8) != b"\x89PNG\r\n\x1a\n":
                 fail("--plot did not write a PNG")
     print(f"check_bench_output: ok ({len(rows)} rows)")
+
+
+def check_round_ratios(stdout, rounds, tables, compared):
+    """--rounds R: every table header names R rounds; ratio cells are
+    'median (lowest\u2013highest)' with the median between the extremes."""
+    if stdout.count(f"medians of {rounds} rounds") != tables:
+        fail(f"want {tables} table(s) headed 'medians of {rounds} rounds'")
+    cells = re.findall(r"(\d+\.\d\d) \((\d+\.\d\d)\u2013(\d+\.\d\d)\)", stdout)
+    if compared and not cells:
+        fail("no paired ratio cell 'median (lowest\u2013highest)' in the tables")
+    for med, lo, hi in cells:
+        if not float(lo) <= float(med) <= float(hi):
+            fail(f"ratio {med} is not within its rounds' range {lo}\u2013{hi}")
 
 
 def mode_timeout(bench, args, tmp):

@@ -2,7 +2,7 @@
 //
 //   nexar-bench OP[,OP...] --ranks N[,N...] --sizes LIST [--iters N] [--warmup W]
 //               [--compare openmpi,openmpi-shm,gloo,gloo-hd] [--json FILE] [--csv FILE]
-//               [--plot FILE.png] [--timeout SECS]
+//               [--plot FILE.png] [--timeout SECS] [--rounds R]
 //     The driver. For every ranks value and op it runs nexar's worker as N
 //     processes through nexar-run, then each compared library's program
 //     (bench/peers, built once into a cache), reads their JSON rows, and
@@ -37,7 +37,7 @@ void usage(FILE *f) {
   fprintf(f,
           "usage: nexar-bench OP[,OP...] [--ranks N[,N...]] [--sizes LIST] [--iters N]\n"
           "                   [--warmup W] [--compare LIB[,LIB...]] [--json FILE] [--csv FILE]\n"
-          "                   [--plot FILE.png] [--timeout SECS]\n"
+          "                   [--plot FILE.png] [--timeout SECS] [--rounds R]\n"
           "       nexar-bench --worker --lib nexar --op OP --sizes LIST [--iters N] [--warmup W]\n"
           "       nexar-bench --in-process OP [options]   (one process; see --in-process -h)\n"
           "\n"
@@ -54,7 +54,9 @@ void usage(FILE *f) {
           "              (halving-doubling allreduce); installs and builds bench/peers on\n"
           "              first use\n"
           "  --json/--csv  every row of every library; --plot a PNG (needs matplotlib)\n"
-          "  --timeout   a program that gives no row for SECS is killed (default 300)\n");
+          "  --timeout   a program that gives no row for SECS is killed (default 300)\n"
+          "  --rounds    run every library R times, in turn (default 1); rows give the\n"
+          "              median over rounds, ratios are paired round by round\n");
 }
 
 [[noreturn]] void bad(const std::string &why) {
@@ -162,6 +164,8 @@ int main(int argc, char **argv) {
       o.plot_path = v;
     else if (a == "--timeout")
       o.timeout_s = parse_int(a, v, 1);
+    else if (a == "--rounds")
+      o.rounds = parse_int(a, v, 1);
     else
       bad("unknown option " + a);
   }

@@ -20,6 +20,13 @@ add_test(NAME bench.plot_writes_png
          COMMAND ${_check} barrier --ranks 2 --iters 3 --warmup 1 --timeout 120 --plot plot.png)
 set_tests_properties(bench.plot_writes_png PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 
+# --rounds: nexar and nexar-spin (no peer packages needed) take turns three
+# times; the rows are combined (one per size) and the ratios paired by round.
+add_test(NAME bench.rounds_combine_rows_and_pair_ratios
+         COMMAND ${_check} allreduce,barrier --ranks 2 --sizes 8,4K --iters 5 --warmup 1
+                 --timeout 120 --rounds 3 --compare nexar-spin)
+set_tests_properties(bench.rounds_combine_rows_and_pair_ratios PROPERTIES TIMEOUT 600)
+
 # A worker that hangs is killed after --timeout; its rows are reported failed.
 add_test(NAME bench.stalled_worker_is_killed_and_reported
          COMMAND ${_check} --mode timeout allreduce --ranks 2 --sizes 8,4K --iters 3 --timeout 3)
