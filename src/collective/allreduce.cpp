@@ -74,7 +74,7 @@ using sched::step_id;
 constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
 // Up to this many bytes the direct exchange beats recursive doubling where it
 // sends fewer messages than recursive doubling takes steps. Measured with 3
-// processes on 2 cores (docs/collectives.md): 8 B to 16 KiB a fifth to a
+// processes on 2 cores (docs/collectives.md): 8 B to 16 KiB a sixth to a
 // third faster; 60 KiB level, with a quarter more CPU.
 constexpr uint64_t kDirectMaxBytes = 16 << 10;
 
