@@ -949,6 +949,42 @@ TEST(Collectives, MissingRankTimesOutInTheRing) {
   }
 }
 
+// The direct exchange (3 ranks, small vector) waits on both peers at once: a
+// rank that never comes makes the others time out, naming the operation; a
+// rank that aborts makes them fail promptly.
+TEST(Collectives, MissingOrAbortingRankEndsTheDirectExchange) {
+  nexar_comm_options_t o = options();
+  o.collective_timeout_ms = 700;
+  World w(3, &o);
+  ASSERT_TRUE(w.ok());
+  Bufs in(2, std::vector<uint8_t>(64, 1)), out(2, std::vector<uint8_t>(64));
+  Completions timed_out;
+  for (uint32_t r = 0; r < 2; ++r)
+    ASSERT_EQ(nexar_allreduce(w[r], in[r].data(), out[r].data(), 16, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
+                              Completions::callback, &timed_out),
+              NEXAR_OK);
+  ASSERT_TRUE(timed_out.wait(2, 20));
+  for (auto &rec : timed_out.records) {
+    EXPECT_EQ(rec.status, NEXAR_ERR_TIMEOUT) << rec.message;
+    EXPECT_NE(rec.message.find("allreduce #1"), std::string::npos) << rec.message;
+  }
+
+  World v(3);
+  ASSERT_TRUE(v.ok());
+  Completions aborted;
+  for (uint32_t r = 0; r < 2; ++r)
+    ASSERT_EQ(nexar_allreduce(v[r], in[r].data(), out[r].data(), 16, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
+                              Completions::callback, &aborted),
+              NEXAR_OK);
+  const auto t0 = Clock::now();
+  ASSERT_EQ(nexar_comm_abort(v[2]), NEXAR_OK);
+  ASSERT_TRUE(aborted.wait(2, 20));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
+  for (auto &rec : aborted.records)
+    EXPECT_TRUE(rec.status == NEXAR_ERR_ABORTED || rec.status == NEXAR_ERR_PEER_FAILED)
+        << nexar_status_str(rec.status) << ": " << rec.message;
+}
+
 TEST(Collectives, InvalidArgumentsAreRejectedWithoutCallback) {
   World w(3);
   ASSERT_TRUE(w.ok());
