@@ -24,10 +24,15 @@ struct BlockingSlot {
   std::condition_variable cv;
   std::atomic<bool> done{false};
   Status status;
+  // The caller holds a reference to the slot, so it may notify after
+  // unlocking; notifying under the lock made the woken caller block on the
+  // mutex at once and the completing thread wake it a second time.
   void complete(Status s) {
-    std::lock_guard<std::mutex> g(mu);
-    status = std::move(s);
-    done.store(true, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> g(mu);
+      status = std::move(s);
+      done.store(true, std::memory_order_release);
+    }
     cv.notify_one();
   }
   // Polls for up to spin_us (NEXAR_SPIN_US) before sleeping: a sleeping
