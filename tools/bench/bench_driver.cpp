@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 
 #include "bench_proc.h"
@@ -205,7 +206,8 @@ class Driver {
         for (round_ = 1; round_ <= o_.rounds; ++round_) {
           for (const std::string &lib : libs_for(op))
             run_one({lib, op, n});
-          rounds.emplace_back(results_.begin() + static_cast<long>(first), results_.end());
+          rounds.emplace_back(std::make_move_iterator(results_.begin() + static_cast<long>(first)),
+                              std::make_move_iterator(results_.end()));
           results_.resize(first);
         }
         for (Result &r : combine_rounds(rounds))
@@ -473,30 +475,31 @@ class Driver {
           failures.push_back(pr->check);
           continue;
         }
+        // One round: its own ratio; several: their median and range.
         std::string ratio = "-";
-        char b[64];
-        if (rounds.size() > 1) {
-          if (const auto r = paired_ratio(rounds, p, i)) {
+        if (const auto r = paired_ratio(rounds, p, i); r && nx_ok) {
+          char b[64];
+          if (rounds.size() > 1)
             snprintf(b, sizeof b, "%.2f (%.2f\u2013%.2f)", r->median, r->lowest, r->highest);
-            ratio = b;
-          }
-        } else if (nx_ok && nx->median_us > 0) {
-          snprintf(b, sizeof b, "%.2f", pr->median_us / nx->median_us);
+          else
+            snprintf(b, sizeof b, "%.2f", r->median);
           ratio = b;
         }
         cells.insert(cells.end(), {fmt_us(pr->median_us), fmt_bw(op, pr->busbw_gbps), ratio});
       }
       t.add(cells);
     }
+    const bool several = rounds.size() > 1;
     const std::string of_rounds =
-        rounds.size() > 1 ? ", medians of " + std::to_string(rounds.size()) + " rounds" : "";
-    const char *ratio_note =
-        peers.empty()       ? ""
-        : rounds.size() > 1 ? "; \u00d7lib = lib median / nexar median in the same round, the "
-                              "median (lowest\u2013highest) over rounds; above 1: nexar is faster"
-                            : "; \u00d7lib = lib median / nexar median (above 1: nexar is faster)";
+        several ? ", medians of " + std::to_string(rounds.size()) + " rounds" : "";
+    std::string ratio_note;
+    if (!peers.empty())
+      ratio_note =
+          std::string("; \u00d7lib = lib median / nexar median") +
+          (several ? " in the same round, the median (lowest\u2013highest) over rounds" : "") +
+          " (above 1: nexar is faster)";
     printf("\n%s, %d ranks: median/loop/cpu in us, busbw in GB/s%s%s\n", op.c_str(), ranks,
-           of_rounds.c_str(), ratio_note);
+           of_rounds.c_str(), ratio_note.c_str());
     t.print(stdout);
     for (const std::string &f : failures)
       printf("  %s\n", f.c_str());

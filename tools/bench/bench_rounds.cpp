@@ -30,10 +30,6 @@ std::vector<Result> combine_rounds(const std::vector<Round> &rounds) {
         if (c.check == "ok") c.check = r->check;
         continue;
       }
-      if (medians.empty()) {
-        c.min_us = r->min_us;
-        c.max_us = r->max_us;
-      }
       c.min_us = std::min(c.min_us, r->min_us);
       c.max_us = std::max(c.max_us, r->max_us);
       medians.push_back(r->median_us);
