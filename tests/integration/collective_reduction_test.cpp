@@ -483,16 +483,19 @@ TEST(Allreduce, ForcedAlgorithms) {
   }
 }
 
+// Messages rank r of w has sent so far (nexar_stats_t.messages_sent).
+uint64_t messages_sent(const World &w, uint32_t r) {
+  nexar_stats_t st;
+  st.struct_size = sizeof st;
+  EXPECT_EQ(nexar_comm_get_stats(w[r], &st), NEXAR_OK);
+  return st.messages_sent;
+}
+
 // Messages each rank of w sends during one in-place f32 SUM allreduce of
 // count ones (whose result is checked too).
 std::vector<uint64_t> messages_sent_by_allreduce(const World &w, size_t count) {
   const uint32_t n = w.size();
-  auto sent = [&](uint32_t r) {
-    nexar_stats_t st;
-    st.struct_size = sizeof st;
-    EXPECT_EQ(nexar_comm_get_stats(w[r], &st), NEXAR_OK);
-    return st.messages_sent;
-  };
+  auto sent = [&](uint32_t r) { return messages_sent(w, r); };
   std::vector<uint64_t> messages(n);
   for (uint32_t r = 0; r < n; ++r)
     messages[r] = sent(r);
@@ -959,6 +962,7 @@ TEST(Collectives, MissingOrAbortingRankEndsTheDirectExchange) {
   ASSERT_TRUE(w.ok());
   Bufs in(2, std::vector<uint8_t>(64, 1)), out(2, std::vector<uint8_t>(64));
   Completions timed_out;
+  const uint64_t sent_before[2] = {messages_sent(w, 0), messages_sent(w, 1)};
   for (uint32_t r = 0; r < 2; ++r)
     ASSERT_EQ(nexar_allreduce(w[r], in[r].data(), out[r].data(), 16, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
                               Completions::callback, &timed_out),
@@ -968,6 +972,10 @@ TEST(Collectives, MissingOrAbortingRankEndsTheDirectExchange) {
     EXPECT_EQ(rec.status, NEXAR_ERR_TIMEOUT) << rec.message;
     EXPECT_NE(rec.message.find("allreduce #1"), std::string::npos) << rec.message;
   }
+  // The direct exchange ran: each rank sent to both peers (recursive
+  // doubling's fold would have sent one message each).
+  EXPECT_EQ(messages_sent(w, 0) - sent_before[0], 2u);
+  EXPECT_EQ(messages_sent(w, 1) - sent_before[1], 2u);
 
   World v(3);
   ASSERT_TRUE(v.ok());
