@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <nexar.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -558,6 +559,95 @@ TEST(Launcher, StopsEveryoneWhenOneRankFails) {
   ASSERT_TRUE(run2.wait(60)) << run2.dump();
   EXPECT_EQ(run2.code(), 128 + 9) << run2.dump();
   EXPECT_TRUE(contains(run2.err(), "rank 1 was killed by signal 9")) << run2.dump();
+}
+
+namespace {
+
+// "0-2,5" (a /proc Cpus_allowed_list) as a set.
+std::set<int> parse_cpu_list(const std::string &text) {
+  std::set<int> cpus;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    int lo = 0, hi = 0;
+    if (sscanf(part.c_str(), "%d-%d", &lo, &hi) == 2) {
+      for (int c = lo; c <= hi; ++c)
+        cpus.insert(c);
+    } else if (sscanf(part.c_str(), "%d", &lo) == 1) {
+      cpus.insert(lo);
+    }
+  }
+  return cpus;
+}
+
+// The CPUs rank r said it may run on ("[rR] Cpus_allowed_list:\t...").
+std::set<int> rank_cpus(const Proc &run, uint32_t r) {
+  std::smatch m;
+  const std::string out = run.out();
+  const std::regex line("\\[r" + std::to_string(r) + "\\] Cpus_allowed_list:\\s*([0-9,-]+)");
+  if (!std::regex_search(out, m, line)) return {};
+  return parse_cpu_list(m[1]);
+}
+
+std::string core_id_of(int cpu) {
+  const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+  return read_file(dir + "physical_package_id") + "/" + read_file(dir + "core_id");
+}
+
+}  // namespace
+
+// --bind-to pins local rank i to the i-th slot of the launcher's CPUs,
+// wrapping; without it every rank keeps the launcher's whole set. The
+// launcher is confined to two CPUs (taskset), so three ranks wrap.
+TEST(Launcher, BindToPinsEachRankToItsSlotInTurn) {
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
+    if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+  std::string list;
+  for (int c : cpus)
+    list += (list.empty() ? "" : ",") + std::to_string(c);
+  const std::set<int> all(cpus.begin(), cpus.end());
+  const std::string script =
+      std::string("grep Cpus_allowed_list /proc/self/status; exec ") + NEXAR_WORKER_BIN + " --env";
+  auto run_bound = [&](const TempDir &dir, const std::string &name, uint32_t n,
+                       const std::string &how) {
+    std::vector<std::string> argv = {"/usr/bin/taskset", "-c", list,
+                                     NEXAR_RUN_BIN,      "-n", std::to_string(n)};
+    if (!how.empty()) argv.insert(argv.end(), {"--bind-to", how});
+    argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
+    auto p = std::make_unique<Proc>(dir, name, argv, Proc::Env{});
+    EXPECT_TRUE(p->wait(90)) << p->dump();
+    EXPECT_EQ(p->code(), 0) << p->dump();
+    expect_prefixed_world(*p, n);
+    return p;
+  };
+  TempDir dir;
+  // One hardware thread each: cpus[0], cpus[1], cpus[0].
+  auto hw = run_bound(dir, "hwthread", 3, "hwthread");
+  for (uint32_t r = 0; r < 3; ++r)
+    EXPECT_EQ(rank_cpus(*hw, r), std::set<int>{cpus[r % cpus.size()]}) << hw->dump();
+  EXPECT_TRUE(contains(hw->err(), "binding: local rank 0 on CPU " + std::to_string(cpus[0])))
+      << hw->dump();
+  // One core each: the same unless both CPUs are threads of one core, which
+  // is then the only slot.
+  const bool one_core = cpus.size() < 2 || core_id_of(cpus[0]) == core_id_of(cpus[1]);
+  auto core = run_bound(dir, "core", 3, "core");
+  for (uint32_t r = 0; r < 3; ++r)
+    EXPECT_EQ(rank_cpus(*core, r), one_core ? all : std::set<int>{cpus[r % cpus.size()]})
+        << core->dump();
+  // Unbound: the launcher's whole set, and no binding note.
+  auto none = run_bound(dir, "none", 2, "");
+  for (uint32_t r = 0; r < 2; ++r)
+    EXPECT_EQ(rank_cpus(*none, r), all) << none->dump();
+  EXPECT_FALSE(contains(none->err(), "binding:")) << none->dump();
+  // A value it does not know is a usage error.
+  Proc bad(dir, "bad", {NEXAR_RUN_BIN, "-n", "2", "--bind-to", "socket", "--", "true"}, {});
+  ASSERT_TRUE(bad.wait(30)) << bad.dump();
+  EXPECT_EQ(bad.code(), 2) << bad.dump();
+  EXPECT_TRUE(contains(bad.err(), "--bind-to socket: expected none, core or hwthread"))
+      << bad.dump();
 }
 
 #ifdef NEXAR_DEMO_BIN

@@ -1,7 +1,8 @@
 // nexar-run: start a nexar program as N processes that form one cluster.
 //
 //   nexar-run -n N [--host-file F] [--listen HOST:PORT] [--grace S]
-//             [--formation-timeout S] -- program [args...]
+//             [--formation-timeout S] [--bind-to none|core|hwthread]
+//             -- program [args...]
 //
 // It starts an embedded seed (on 127.0.0.1 for a local run) with a fresh
 // random cluster token, starts the N ranks with NEXAR_SEED, NEXAR_RANK,
@@ -16,12 +17,16 @@
 // run is printed for the user's own launcher (ssh, pdsh, a scheduler). The
 // seed must then listen on an address those hosts reach (--listen).
 //
+// --bind-to core pins local rank i to the i-th allowed core (wrapping when
+// ranks outnumber cores), as mpirun's option of that name does.
+//
 // Exit status: 0 when every local rank exited 0; else the first failing
 // rank's exit status (128 + signal when it was killed); 1 when formation
 // failed; 2 on a usage error. Built on the public C ABI only.
 #include <fcntl.h>
 #include <nexar.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,6 +42,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "cpu_binding.h"
 
 extern char **environ;
 
@@ -55,7 +62,8 @@ void on_signal(int sig) {
 void usage(FILE *f) {
   fprintf(f,
           "usage: nexar-run -n N [--host-file F] [--listen HOST:PORT] [--grace SECONDS]\n"
-          "                 [--formation-timeout SECONDS] -- program [args...]\n"
+          "                 [--formation-timeout SECONDS] [--bind-to none|core|hwthread]\n"
+          "                 -- program [args...]\n"
           "\n"
           "  -n N                     number of ranks (with --host-file: default = its slots)\n"
           "  --host-file F            lines \"host [slots=K]\"; ranks of other hosts are printed\n"
@@ -65,7 +73,11 @@ void usage(FILE *f) {
           "  --grace S                after a failure, SIGKILL ranks still running after S\n"
           "                           seconds (default 5)\n"
           "  --formation-timeout S    give up when the world is not complete after S seconds\n"
-          "                           (default 60)\n");
+          "                           (default 60)\n"
+          "  --bind-to W              pin local rank i to the i-th core (core) or hardware\n"
+          "                           thread (hwthread) this process may use, wrapping when\n"
+          "                           ranks outnumber them; none (default) leaves placement\n"
+          "                           to the scheduler\n");
 }
 
 std::string random_token() {
@@ -219,6 +231,7 @@ int main(int argc, char **argv) {
   long n = -1;
   double grace = 5.0, formation = -1;
   std::string host_file, listen;
+  nexar_run::BindTo bind_to = nexar_run::BindTo::kNone;
   int i = 1;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -248,6 +261,12 @@ int main(int argc, char **argv) {
       grace = atof(value().c_str());
     } else if (a == "--formation-timeout") {
       formation = atof(value().c_str());
+    } else if (a == "--bind-to") {
+      std::string v = value();
+      if (!nexar_run::parse_bind_to(v, &bind_to)) {
+        fprintf(stderr, "nexar-run: --bind-to %s: expected none, core or hwthread\n", v.c_str());
+        return 2;
+      }
     } else if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
@@ -358,6 +377,23 @@ int main(int argc, char **argv) {
   uint32_t local_count = 0;
   for (uint32_t r = 0; r < n; ++r)
     if (host_of[r].empty()) ++local_count;
+  const std::vector<cpu_set_t> slots = nexar_run::binding_slots(bind_to);
+  if (bind_to != nexar_run::BindTo::kNone) {
+    if (slots.empty()) {
+      perror("nexar-run: --bind-to: sched_getaffinity");
+      return 1;
+    }
+    std::string where;
+    for (uint32_t k = 0; k < local_count && k < 8; ++k)
+      where += std::string(k ? ", " : "") + "local rank " + std::to_string(k) + " on CPU " +
+               nexar_run::describe_cpus(slots[k % slots.size()]);
+    if (local_count > 8) where += ", ...";
+    const std::string unit = bind_to == nexar_run::BindTo::kCore ? " cores" : " hardware threads";
+    out.note("binding: " + where +
+             (local_count > slots.size() ? " (" + std::to_string(local_count) + " ranks on " +
+                                               std::to_string(slots.size()) + unit + ")"
+                                         : std::string()));
+  }
   uint32_t local_index = 0;
   for (uint32_t r = 0; r < n; ++r) {
     const std::string env_prefix = "NEXAR_SEED=" + seed_addr + " NEXAR_RANK=" + std::to_string(r) +
@@ -401,6 +437,14 @@ int main(int argc, char **argv) {
       setenv("NEXAR_LOCAL_RANK", std::to_string(local_index).c_str(), 1);
       setenv("NEXAR_LOCAL_WORLD_SIZE", std::to_string(local_count).c_str(), 1);
       unsetenv("NEXAR_CLUSTER_TOKEN_FILE");
+      if (!slots.empty()) {
+        const cpu_set_t &slot = slots[local_index % slots.size()];
+        if (sched_setaffinity(0, sizeof slot, &slot) != 0) {
+          fprintf(stderr, "nexar-run: rank %u: cannot bind to CPU %s: %s\n", r,
+                  nexar_run::describe_cpus(slot).c_str(), strerror(errno));
+          _exit(127);
+        }
+      }
       std::vector<char *> av;
       for (auto &a : program)
         av.push_back(const_cast<char *>(a.c_str()));
