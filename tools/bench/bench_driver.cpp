@@ -15,6 +15,7 @@
 #include "bench_proc.h"
 #include "bench_rounds.h"
 #include "bench_rows.h"
+#include "cpu_binding.h"
 
 #ifndef NEXAR_BENCH_SOURCE_DIR
 #define NEXAR_BENCH_SOURCE_DIR ""
@@ -33,12 +34,17 @@ const std::vector<std::string> &all_ops() {
 }
 
 const std::vector<std::string> &all_peer_libs() {
-  static const std::vector<std::string> libs = {"nexar-spin", "openmpi", "openmpi-shm", "gloo",
-                                                "gloo-hd"};
+  static const std::vector<std::string> libs = {"nexar-spin",  "nexar-bound", "openmpi",
+                                                "openmpi-shm", "gloo",        "gloo-hd"};
   return libs;
 }
 
 namespace {
+
+// nexar itself or one of its variants (no peer packages needed).
+bool is_nexar(const std::string &lib) {
+  return lib == "nexar" || lib == "nexar-spin" || lib == "nexar-bound";
+}
 
 // ---- where things are ------------------------------------------------------
 
@@ -192,7 +198,7 @@ class Driver {
   int run() {
     launcher_ = find_launcher(o_.self_exe);
     const bool needs_peers = std::any_of(o_.compare.begin(), o_.compare.end(),
-                                         [](const std::string &l) { return l != "nexar-spin"; });
+                                         [](const std::string &l) { return !is_nexar(l); });
     if (needs_peers && !setup_peers()) return 1;
     total_rows_ = 0;
     for (size_t k = 0; k < o_.ranks.size(); ++k)
@@ -293,9 +299,12 @@ class Driver {
   bool launch(ProcessGroup &pg, const RunSpec &s, const std::string &store, std::string *err) {
     const std::vector<std::string> args = common_args(s.lib, s.op);
     const std::string n = std::to_string(s.ranks);
-    if (s.lib == "nexar" || s.lib == "nexar-spin") {
-      std::vector<std::string> av = {launcher_, "-n", n,           "--grace",
-                                     "2",       "--", o_.self_exe, "--worker"};
+    if (is_nexar(s.lib)) {
+      std::vector<std::string> av = {launcher_, "-n", n, "--grace", "2"};
+      // nexar-bound: the same library with its ranks bound to cores
+      // (nexar-run --bind-to core) while the peers stay where they are.
+      if (o_.bind_to_core || s.lib == "nexar-bound") av.insert(av.end(), {"--bind-to", "core"});
+      av.insert(av.end(), {"--", o_.self_exe, "--worker"});
       av.insert(av.end(), args.begin(), args.end());
       // nexar-spin: the same library with its opt-in busy-polling
       // (NEXAR_SPIN_US), to show what spinning buys and costs.
@@ -304,12 +313,15 @@ class Driver {
       return pg.start(av, env, err);
     }
     if (s.lib == "openmpi" || s.lib == "openmpi-shm") {
-      std::vector<std::string> av = {"mpirun",    "--oversubscribe",
-                                     "--bind-to", "none",
-                                     "--mca",     "oob_tcp_if_include",
-                                     "lo",        "-np",
-                                     n,           "--mca",
-                                     "pml",       "ob1"};
+      // core:overload-allowed: with more ranks than cores, mpirun refuses
+      // plain "core"; this wraps them round the cores as nexar-run does.
+      std::vector<std::string> av = {
+          "mpirun",    "--oversubscribe",
+          "--bind-to", o_.bind_to_core ? "core:overload-allowed" : "none",
+          "--mca",     "oob_tcp_if_include",
+          "lo",        "-np",
+          n,           "--mca",
+          "pml",       "ob1"};
       if (s.lib == "openmpi")
         av.insert(av.end(), {"--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"});
       else
@@ -319,14 +331,15 @@ class Driver {
       return pg.start(av, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"}, err);
     }
     // gloo, gloo-hd: N processes meeting in a FileStore directory.
+    const std::vector<cpu_set_t> cores = nexar_run::binding_slots(
+        o_.bind_to_core ? nexar_run::BindTo::kCore : nexar_run::BindTo::kNone);
     for (int r = 0; r < s.ranks; ++r) {
-      std::vector<std::string> av = {(peer_bin_ / "gloo_bench").string(),
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--world",
-                                     n,
-                                     "--store",
-                                     store};
+      std::vector<std::string> av;
+      if (!cores.empty())
+        av = {"taskset", "-c",
+              nexar_run::describe_cpus(cores[static_cast<size_t>(r) % cores.size()])};
+      av.insert(av.end(), {(peer_bin_ / "gloo_bench").string(), "--rank", std::to_string(r),
+                           "--world", n, "--store", store});
       av.insert(av.end(), args.begin(), args.end());
       if (!pg.start(av, {}, err)) return false;
     }
@@ -498,8 +511,8 @@ class Driver {
           std::string("; \u00d7lib = lib median / nexar median") +
           (several ? " in the same round, the median (lowest\u2013highest) over rounds" : "") +
           " (above 1: nexar is faster)";
-    printf("\n%s, %d ranks: median/loop/cpu in us, busbw in GB/s%s%s\n", op.c_str(), ranks,
-           of_rounds.c_str(), ratio_note.c_str());
+    printf("\n%s, %d ranks: median/loop/cpu in us, busbw in GB/s%s%s%s\n", op.c_str(), ranks,
+           of_rounds.c_str(), o_.bind_to_core ? ", ranks bound to cores" : "", ratio_note.c_str());
     t.print(stdout);
     for (const std::string &f : failures)
       printf("  %s\n", f.c_str());

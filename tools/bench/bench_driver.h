@@ -23,8 +23,9 @@ struct DriverOptions {
   int warmup = -1;  // -1: the per-size defaults
   std::vector<std::string> compare;
   std::string json_path, csv_path, plot_path;
-  int timeout_s = 300;  // per row: a program silent this long is killed
-  int rounds = 1;       // every library runs once per round, in turn (bench_rounds.h)
+  int timeout_s = 300;        // per row: a program silent this long is killed
+  int rounds = 1;             // every library runs once per round, in turn (bench_rounds.h)
+  bool bind_to_core = false;  // every library's ranks pinned one per core, wrapping
   std::string self_exe;
 };
 

@@ -12,7 +12,8 @@ mode rows (default): runs `BENCH_EXE ARGS --json J --csv C` and asserts that
   With --plot in ARGS it also asserts a PNG was written. With --rounds R
   (R > 1) it asserts that the rounds were combined (still one row per size),
   that every table says "medians of R rounds", and that each ratio cell
-  reads "median (lowest-highest)" with lowest <= median <= highest.
+  reads "median (lowest-highest)" with lowest <= median <= highest. With
+  --bind-to core it asserts that every table says its ranks were bound.
   It skips (exit 77) when what ARGS need is not installed and ctest cannot
   install it (scripts/test.sh does, first): with --compare, the peers'
   packages (Open MPI: openmpi-bin, libopenmpi-dev; Gloo: libgloo-dev); with
@@ -192,6 +193,11 @@ def mode_rows(bench, args, tmp):
                 fail(f"no table for {op}, {n} ranks on stdout")
     if compare and "\u00d7" + compare[0] not in p.stdout:
         fail(f"no ratio column \u00d7{compare[0]} in the table")
+    if arg(args, "--bind-to") == "core":
+        bound = p.stdout.count("ranks bound to cores")
+        if bound != len(ranks) * len(ops):
+            fail(f"--bind-to core: {bound} table(s) say 'ranks bound to cores', "
+                 f"want {len(ranks) * len(ops)}")
     rounds = int(arg(args, "--rounds", "1"))
     if rounds > 1:
         check_round_ratios(p.stdout, rounds, len(ranks) * len(ops), bool(compare))

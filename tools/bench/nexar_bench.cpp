@@ -2,7 +2,7 @@
 //
 //   nexar-bench OP[,OP...] --ranks N[,N...] --sizes LIST [--iters N] [--warmup W]
 //               [--compare openmpi,openmpi-shm,gloo,gloo-hd] [--json FILE] [--csv FILE]
-//               [--plot FILE.png] [--timeout SECS] [--rounds R]
+//               [--plot FILE.png] [--timeout SECS] [--rounds R] [--bind-to none|core]
 //     The driver. For every ranks value and op it runs nexar's worker as N
 //     processes through nexar-run, then each compared library's program
 //     (bench/peers, built once into a cache), reads their JSON rows, and
@@ -38,6 +38,7 @@ void usage(FILE *f) {
           "usage: nexar-bench OP[,OP...] [--ranks N[,N...]] [--sizes LIST] [--iters N]\n"
           "                   [--warmup W] [--compare LIB[,LIB...]] [--json FILE] [--csv FILE]\n"
           "                   [--plot FILE.png] [--timeout SECS] [--rounds R]\n"
+          "                   [--bind-to none|core]\n"
           "       nexar-bench --worker --lib nexar --op OP --sizes LIST [--iters N] [--warmup W]\n"
           "       nexar-bench --in-process OP [options]   (one process; see --in-process -h)\n"
           "\n"
@@ -50,13 +51,17 @@ void usage(FILE *f) {
           "              pingpong/stream = one message\n"
           "  --iters/--warmup  timed and warm-up iterations (default: by size)\n"
           "  --compare   nexar-spin (nexar with NEXAR_SPIN_US=$NEXAR_BENCH_SPIN_US, default\n"
-          "              100), openmpi (TCP), openmpi-shm (vader), gloo (ring), gloo-hd\n"
+          "              100), nexar-bound (nexar with its ranks bound to cores, the others\n"
+          "              not), openmpi (TCP), openmpi-shm (vader), gloo (ring), gloo-hd\n"
           "              (halving-doubling allreduce); installs and builds bench/peers on\n"
           "              first use\n"
           "  --json/--csv  every row of every library; --plot a PNG (needs matplotlib)\n"
           "  --timeout   a program that gives no row for SECS is killed (default 300)\n"
           "  --rounds    run every library R times, in turn (default 1); rows give the\n"
-          "              median over rounds, ratios are paired round by round\n");
+          "              median over rounds, ratios are paired round by round\n"
+          "  --bind-to   core: every library's rank i runs on core i (wrapping when ranks\n"
+          "              outnumber cores): nexar-run and mpirun --bind-to core, taskset for\n"
+          "              Gloo; none (default): the scheduler places them\n");
 }
 
 [[noreturn]] void bad(const std::string &why) {
@@ -153,7 +158,7 @@ int main(int argc, char **argv) {
       for (const std::string &l : split(v)) {
         if (!contains(nexar_bench::all_peer_libs(), l))
           bad("unknown --compare library '" + l +
-              "' (nexar-spin, openmpi, openmpi-shm, gloo, gloo-hd)");
+              "' (nexar-spin, nexar-bound, openmpi, openmpi-shm, gloo, gloo-hd)");
         if (!contains(o.compare, l)) o.compare.push_back(l);
       }
     } else if (a == "--json")
@@ -166,7 +171,10 @@ int main(int argc, char **argv) {
       o.timeout_s = parse_int(a, v, 1);
     else if (a == "--rounds")
       o.rounds = parse_int(a, v, 1);
-    else
+    else if (a == "--bind-to") {
+      if (v != "none" && v != "core") bad("--bind-to " + v + ": expected none or core");
+      o.bind_to_core = v == "core";
+    } else
       bad("unknown option " + a);
   }
   std::string err;

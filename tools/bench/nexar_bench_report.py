@@ -25,7 +25,7 @@ BEGIN = "<!-- nexar-bench:results:begin -->"
 END = "<!-- nexar-bench:results:end -->"
 OPS = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "pingpong",
        "stream"]
-LIBS = ["nexar", "nexar-spin", "openmpi", "openmpi-shm", "gloo", "gloo-hd"]
+LIBS = ["nexar", "nexar-spin", "nexar-bound", "openmpi", "openmpi-shm", "gloo", "gloo-hd"]
 
 
 def sh(*cmd, cwd=None):

@@ -27,6 +27,13 @@ add_test(NAME bench.rounds_combine_rows_and_pair_ratios
                  --timeout 120 --rounds 3 --compare nexar-spin)
 set_tests_properties(bench.rounds_combine_rows_and_pair_ratios PROPERTIES TIMEOUT 600)
 
+# --bind-to core (every library's ranks pinned, through nexar-run) and the
+# nexar-bound variant: 3 ranks on the runner's cores, rows ok, tables say so.
+add_test(NAME bench.bind_to_core_rows
+         COMMAND ${_check} allreduce,broadcast --ranks 3 --sizes 8,4K --iters 5 --warmup 1
+                 --timeout 120 --bind-to core --compare nexar-bound)
+set_tests_properties(bench.bind_to_core_rows PROPERTIES TIMEOUT 600)
+
 # A worker that hangs is killed after --timeout; its rows are reported failed.
 add_test(NAME bench.stalled_worker_is_killed_and_reported
          COMMAND ${_check} --mode timeout allreduce --ranks 2 --sizes 8,4K --iters 3 --timeout 3)
