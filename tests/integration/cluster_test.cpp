@@ -642,6 +642,20 @@ TEST(Launcher, BindToPinsEachRankToItsSlotInTurn) {
   for (uint32_t r = 0; r < 2; ++r)
     EXPECT_EQ(rank_cpus(*none, r), all) << none->dump();
   EXPECT_FALSE(contains(none->err(), "binding:")) << none->dump();
+  // No rank on this host: nothing to bind here, so no binding note.
+  const std::string hosts = dir / "remote-hosts";
+  {
+    FILE *f = fopen(hosts.c_str(), "w");
+    fprintf(f, "remote-a slots=2\n");
+    fclose(f);
+  }
+  Proc remote(dir, "remote",
+              {NEXAR_RUN_BIN, "--host-file", hosts, "--listen", "127.0.0.1:0", "--bind-to", "core",
+               "--formation-timeout", "1", "--", "true"},
+              {});
+  ASSERT_TRUE(remote.wait(30)) << remote.dump();
+  EXPECT_TRUE(contains(remote.out(), "run on remote-a")) << remote.dump();
+  EXPECT_FALSE(contains(remote.err(), "binding:")) << remote.dump();
   // A value it does not know is a usage error.
   Proc bad(dir, "bad", {NEXAR_RUN_BIN, "-n", "2", "--bind-to", "socket", "--", "true"}, {});
   ASSERT_TRUE(bad.wait(30)) << bad.dump();

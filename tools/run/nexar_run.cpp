@@ -378,7 +378,8 @@ int main(int argc, char **argv) {
   for (uint32_t r = 0; r < n; ++r)
     if (host_of[r].empty()) ++local_count;
   const std::vector<cpu_set_t> slots = nexar_run::binding_slots(bind_to);
-  if (bind_to != nexar_run::BindTo::kNone) {
+  // Ranks of other hosts are bound (or not) by whoever starts them there.
+  if (bind_to != nexar_run::BindTo::kNone && local_count > 0) {
     if (slots.empty()) {
       perror("nexar-run: --bind-to: sched_getaffinity");
       return 1;
