@@ -50,6 +50,43 @@ def test_data_parallel_logistic_regression_matches_single_process(tmp_path):
     np.testing.assert_allclose(distributed, reference, rtol=0, atol=1e-6)
 
 
+def _rank_cpus(out, rank):
+    """The CPUs rank said it may use ("[rN] Cpus_allowed_list:\t0-1,3")."""
+    for line in out.splitlines():
+        if line.startswith(f"[r{rank}] Cpus_allowed_list:"):
+            cpus = set()
+            for part in line.split(":", 1)[1].strip().split(","):
+                lo, _, hi = part.partition("-")
+                cpus.update(range(int(lo), int(hi or lo) + 1))
+            return cpus
+    return None
+
+
+def test_bind_to_pins_each_rank_to_its_slot_in_turn():
+    # Confined to two CPUs, three ranks wrap round them; unbound, every rank
+    # keeps both.
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    script = "grep Cpus_allowed_list /proc/self/status"
+    base = ["taskset", "-c", ",".join(map(str, cpus)), sys.executable, "-m", "nexar.run"]
+    r = subprocess.run(base + ["-n", "3", "--bind-to", "hwthread", "--", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(3):
+        assert _rank_cpus(r.stdout, rank) == {cpus[rank % len(cpus)]}, r.stdout
+    assert f"binding: local rank 0 on CPU {cpus[0]}" in r.stderr
+    r = subprocess.run(base + ["-n", "2", "--", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(2):
+        assert _rank_cpus(r.stdout, rank) == set(cpus), r.stdout
+    assert "binding:" not in r.stderr
+    # Cores cover every CPU this process may use, each once.
+    from nexar.run import binding_slots
+    assert binding_slots("none") == []
+    slots = binding_slots("core")
+    assert sorted(c for s in slots for c in s) == sorted(os.sched_getaffinity(0))
+
+
 def test_usage_errors():
     r = subprocess.run([sys.executable, "-m", "nexar.run", "-n", "0", "x.py"],
                        capture_output=True, text=True, timeout=60)
@@ -57,3 +94,6 @@ def test_usage_errors():
     r = subprocess.run([sys.executable, "-m", "nexar.run", "-n", "2"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "no program given" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "nexar.run", "-n", "2", "--bind-to", "socket",
+                        "x.py"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--bind-to: invalid choice: 'socket'" in r.stderr, r.stderr

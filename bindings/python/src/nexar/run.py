@@ -3,6 +3,7 @@
     python -m nexar.run -n 4 script.py [args...]
     python -m nexar.run -n 4 -m package.module [args...]
     python -m nexar.run -n 4 -- program [args...]
+    python -m nexar.run -n 4 --bind-to core script.py   # rank i on core i
 
 Like the C++ ``nexar-run``, over the seed API of this package: it starts a
 seed on 127.0.0.1 with a fresh random cluster token and gives each rank
@@ -11,7 +12,9 @@ NEXAR_LOCAL_RANK and NEXAR_LOCAL_WORLD_SIZE (the program calls
 ``nexar.init()``). Every line a rank prints is prefixed with ``[rN]``. When a
 rank exits non-zero (an unhandled exception) or is killed, the others get
 SIGTERM, then SIGKILL after the grace period, and the launcher exits with that
-rank's status, naming it. Exit status: 0 when every rank exited 0; the first
+rank's status, naming it. ``--bind-to core`` (or ``hwthread``) pins local rank
+i to the i-th core (hardware thread) this launcher may use, wrapping round
+when ranks outnumber them, as ``nexar-run --bind-to`` does. Exit status: 0 when every rank exited 0; the first
 failing rank's status (128 + signal when killed); 1 when the world did not
 form; 2 on a usage error.
 """
@@ -81,6 +84,34 @@ def _command(args: Sequence[str]) -> List[str]:
     return list(args)
 
 
+def _core_of(cpu: int) -> tuple:
+    """(package, core) of a CPU from sysfs; the CPU alone when sysfs says nothing."""
+    base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+    try:
+        with open(base + "physical_package_id") as p, open(base + "core_id") as c:
+            return (int(p.read()), int(c.read()))
+    except (OSError, ValueError):
+        return (-1, cpu)
+
+
+def binding_slots(how: str) -> List[set]:
+    """The CPU sets ranks are pinned to, in turn: one per core (its allowed
+    hardware threads together) or per hardware thread; [] for "none"."""
+    if how == "none":
+        return []
+    allowed = sorted(os.sched_getaffinity(0))
+    if how == "hwthread":
+        return [{c} for c in allowed]
+    cores: dict = {}
+    for c in allowed:
+        cores.setdefault(_core_of(c), set()).add(c)
+    return [cores[k] for k in sorted(cores)]
+
+
+def _cpus(s: set) -> str:
+    return ",".join(str(c) for c in sorted(s))
+
+
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m nexar.run",
@@ -91,6 +122,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--formation-timeout", type=float, default=60.0,
                    help="give up when the world has not formed after this many seconds")
     p.add_argument("--listen", default="127.0.0.1:0", help="the seed's address")
+    p.add_argument("--bind-to", choices=("none", "core", "hwthread"), default="none",
+                   help="pin local rank i to the i-th core or hardware thread this launcher "
+                        "may use (wrapping); none leaves placement to the scheduler")
     p.add_argument("program", nargs=argparse.REMAINDER,
                    help="script.py [args], -m module [args], or -- program [args]")
     ns = p.parse_args(argv)
@@ -111,6 +145,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     seed: Optional[_nexar.Seed] = _nexar.Seed(n, ns.listen, token, ns.formation_timeout)
     address = seed.address
 
+    slots = binding_slots(ns.bind_to)
+    if slots:
+        where = ", ".join(f"local rank {r} on CPU {_cpus(slots[r % len(slots)])}"
+                          for r in range(min(n, 8)))
+        unit = "cores" if ns.bind_to == "core" else "hardware threads"
+        _say(f"binding: {where}{', ...' if n > 8 else ''}"
+             + (f" ({n} ranks on {len(slots)} {unit})" if n > len(slots) else ""))
+    own_cpus = os.sched_getaffinity(0)
+
     procs: List[subprocess.Popen] = []
     pumps: List[threading.Thread] = []
     for r in range(n):
@@ -120,9 +163,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    NEXAR_LOCAL_WORLD_SIZE=str(n), NEXAR_RUN_LAUNCHER="python")
         env.pop("NEXAR_CLUSTER_TOKEN_FILE", None)
         try:
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    stdin=None if r == 0 else subprocess.DEVNULL,
-                                    start_new_session=True)
+            # A child starts with the mask of the thread that forks it: this
+            # one, pinned for the moment (preexec_fn is unsafe with threads).
+            if slots:
+                os.sched_setaffinity(0, slots[r % len(slots)])
+            try:
+                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE,
+                                        stdin=None if r == 0 else subprocess.DEVNULL,
+                                        start_new_session=True)
+            finally:
+                if slots:
+                    os.sched_setaffinity(0, own_cpus)
         except OSError as e:
             _say(f"cannot run {cmd[0]}: {e}")
             for p in procs:
