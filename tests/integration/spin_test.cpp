@@ -55,12 +55,12 @@ TEST(SpinPolling, LoopsSpinAfterActivityThenSleep) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   const double sleeping = cpu_ms_while_sleeping(200);
   // Relative, with a small floor: the spinning loops yield at every pass, so
-  // on a machine busy with other work (ctest -j2, a build) they get only a
-  // few ms of the 200, where an idle machine gives them most of it; a loop
-  // that never spins uses well under a ms, and one that never stops spinning
-  // uses as much afterwards as before.
-  EXPECT_GE(spinning, 4.0) << "CPU ms used in 200 ms inside the spin window";
-  EXPECT_GT(spinning, 4 * sleeping + 1.0) << "CPU ms used in 200 ms inside the spin window ("
+  // on a machine busy with other work (ctest -j2 beside a build) they got as
+  // little as 1.6 ms of the 200, where an idle machine gives them most of it;
+  // loops that never spin use about 0.03 ms, and loops that never stop
+  // spinning use as much afterwards as before.
+  EXPECT_GE(spinning, 0.5) << "CPU ms used in 200 ms inside the spin window";
+  EXPECT_GT(spinning, 4 * sleeping + 0.2) << "CPU ms used in 200 ms inside the spin window ("
                                           << spinning << ") and after it (" << sleeping << ")";
 }
 
