@@ -84,12 +84,12 @@ def main():
                 for n in ranks:
                     v = [r["median_us"] for r in mine if r["lib"] == lib and int(r["ranks"]) == n]
                     if v:
-                        names.append(f"{lib}\n{n}r")
+                        names.append(f"{lib} {n}r")
                         vals.append(v[0])
                         cols.append(color[lib])
             ax.bar(range(len(vals)), vals, color=cols)
             ax.set_xticks(range(len(vals)))
-            ax.set_xticklabels(names, fontsize=7)
+            ax.set_xticklabels(names, fontsize=7, rotation=40, ha="right")
             ax.set_yscale("log")
             ax.set_ylabel("median time (us)")
             ax.set_title("barrier: time per barrier")
