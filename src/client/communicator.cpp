@@ -76,6 +76,10 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
             raw->fail(error(state_.load() == 1 ? NEXAR_ERR_ABORTED : NEXAR_ERR_CLOSED,
                             format("%s: the communicator was %s", op_name.c_str(),
                                    state_.load() == 1 ? "aborted" : "closed")));
+          } else if (!remote_abort_.ok()) {
+            raw->fail(error(NEXAR_ERR_ABORTED,
+                            format("%s: %s", op_name.c_str(), remote_abort_.message.c_str()),
+                            remote_abort_.failed_rank));
           }
           if (coll_seq) {
             if (coll_seq > started_coll_seq_) started_coll_seq_ = coll_seq;
@@ -161,9 +165,10 @@ void Communicator::on_remote_failure(const Status &s) {
     std::lock_guard<std::mutex> g(err_mu_);
     if (async_error_.ok()) async_error_ = s;
   }
-  if (s.code == NEXAR_ERR_ABORTED)
-    for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
-      op->fail(s);
+  if (s.code != NEXAR_ERR_ABORTED) return;
+  if (remote_abort_.ok()) remote_abort_ = s;
+  for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
+    op->fail(s);
 }
 
 void Communicator::on_collective_mismatch(uint64_t seq, const Status &s) {

@@ -114,6 +114,9 @@ class Communicator {
   std::unordered_map<uint64_t, Status> early_mismatch_;
   uint64_t started_coll_seq_ = 0;
   uint64_t split_generation_ = 0;
+  // A peer's abort notice, once one arrived: operations that start later fail
+  // with it at once, instead of waiting for the aborted rank until timeout.
+  Status remote_abort_;
 };
 
 }  // namespace nexar

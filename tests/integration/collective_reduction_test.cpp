@@ -956,12 +956,14 @@ TEST(Collectives, MissingRankTimesOutInTheRing) {
 // rank that never comes makes the others time out, naming the operation; a
 // rank that aborts makes them fail promptly.
 TEST(Collectives, MissingOrAbortingRankEndsTheDirectExchange) {
+  // Declared before the worlds, so that a failed assertion, which destroys
+  // the worlds first, still finds them when pending operations complete.
+  Completions timed_out, aborted;
+  Bufs in(2, std::vector<uint8_t>(64, 1)), out(2, std::vector<uint8_t>(64));
   nexar_comm_options_t o = options();
   o.collective_timeout_ms = 700;
   World w(3, &o);
   ASSERT_TRUE(w.ok());
-  Bufs in(2, std::vector<uint8_t>(64, 1)), out(2, std::vector<uint8_t>(64));
-  Completions timed_out;
   const uint64_t sent_before[2] = {messages_sent(w, 0), messages_sent(w, 1)};
   for (uint32_t r = 0; r < 2; ++r)
     ASSERT_EQ(nexar_allreduce(w[r], in[r].data(), out[r].data(), 16, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
@@ -979,7 +981,6 @@ TEST(Collectives, MissingOrAbortingRankEndsTheDirectExchange) {
 
   World v(3);
   ASSERT_TRUE(v.ok());
-  Completions aborted;
   for (uint32_t r = 0; r < 2; ++r)
     ASSERT_EQ(nexar_allreduce(v[r], in[r].data(), out[r].data(), 16, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
                               Completions::callback, &aborted),
@@ -991,6 +992,45 @@ TEST(Collectives, MissingOrAbortingRankEndsTheDirectExchange) {
   for (auto &rec : aborted.records)
     EXPECT_TRUE(rec.status == NEXAR_ERR_ABORTED || rec.status == NEXAR_ERR_PEER_FAILED)
         << nexar_status_str(rec.status) << ": " << rec.message;
+}
+
+// Once a peer's abort notice has arrived, operations started later fail at
+// once with NEXAR_ERR_ABORTED naming the operation and that rank, instead of
+// waiting for the aborted rank until their timeout. (A collective submitted
+// just before the abort may start after the notice: the direct-exchange test
+// above hung that way under TSan.)
+TEST(Collectives, OperationsAfterAPeerAbortedFailAtOnce) {
+  Completions done;  // outlives the world, which completes what is pending
+  nexar_comm_options_t o = options();
+  o.collective_timeout_ms = 120000;
+  o.p2p_timeout_ms = 120000;
+  World w(3, &o);
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ(nexar_comm_abort(w[2]), NEXAR_OK);
+  for (uint32_t r = 0; r < 2; ++r) {
+    const auto until = Clock::now() + std::chrono::seconds(20);
+    while (nexar_comm_get_async_error(w[r], nullptr) == NEXAR_OK && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(nexar_comm_get_async_error(w[r], nullptr), NEXAR_ERR_ABORTED) << "rank " << r;
+  }
+  Bufs in(2, std::vector<uint8_t>(64, 1)), out(2, std::vector<uint8_t>(64));
+  const auto t0 = Clock::now();
+  for (uint32_t r = 0; r < 2; ++r)
+    ASSERT_EQ(nexar_allreduce(w[r], in[r].data(), out[r].data(), 16, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
+                              Completions::callback, &done),
+              NEXAR_OK);
+  // Between the two ranks still running, too.
+  ASSERT_EQ(nexar_send(w[0], in[0].data(), 8, 1, 5, Completions::callback, &done), NEXAR_OK);
+  ASSERT_TRUE(done.wait(3, 30));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 20.0);
+  for (auto &rec : done.records) {
+    EXPECT_EQ(rec.status, NEXAR_ERR_ABORTED) << rec.message;
+    EXPECT_EQ(rec.failed_rank, 2) << rec.message;
+    EXPECT_NE(rec.message.find("rank 2 aborted"), std::string::npos) << rec.message;
+  }
+  EXPECT_EQ(nexar_barrier(w[1], nullptr, nullptr), NEXAR_ERR_ABORTED);
+  EXPECT_NE(std::string(nexar_last_error_message()).find("nexar_barrier"), std::string::npos)
+      << nexar_last_error_message();
 }
 
 TEST(Collectives, InvalidArgumentsAreRejectedWithoutCallback) {
