@@ -72,15 +72,9 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
           OpContext *raw = op.release();  // owned by the running operation until deliver()
           raw->set_coll_seq(coll_seq);
           active_.insert(raw);
-          if (state_.load() != 0) {
-            raw->fail(error(state_.load() == 1 ? NEXAR_ERR_ABORTED : NEXAR_ERR_CLOSED,
-                            format("%s: the communicator was %s", op_name.c_str(),
-                                   state_.load() == 1 ? "aborted" : "closed")));
-          } else if (!remote_abort_.ok()) {
-            raw->fail(error(NEXAR_ERR_ABORTED,
-                            format("%s: %s", op_name.c_str(), remote_abort_.message.c_str()),
-                            remote_abort_.failed_rank));
-          }
+          if (!ended_.ok())
+            raw->fail(error(ended_.code, format("%s: %s", op_name.c_str(), ended_.message.c_str()),
+                            ended_.failed_rank));
           if (coll_seq) {
             if (coll_seq > started_coll_seq_) started_coll_seq_ = coll_seq;
             auto early = early_mismatch_.find(coll_seq);
@@ -149,10 +143,8 @@ void Communicator::abort() {
   int expected = 0;
   if (!state_.compare_exchange_strong(expected, 1)) return;
   engine_->loop().run_sync([this] {
-    Status s = error(NEXAR_ERR_ABORTED, format("rank %u aborted the communicator", rank_),
-                     static_cast<int32_t>(rank_));
-    for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
-      op->fail(s);
+    end(error(NEXAR_ERR_ABORTED, format("rank %u aborted the communicator", rank_),
+              static_cast<int32_t>(rank_)));
     for (uint32_t r = 0; r < size(); ++r)
       if (r != rank_)
         engine_->send_control(world_of_[r],
@@ -165,10 +157,15 @@ void Communicator::on_remote_failure(const Status &s) {
     std::lock_guard<std::mutex> g(err_mu_);
     if (async_error_.ok()) async_error_ = s;
   }
-  if (s.code != NEXAR_ERR_ABORTED) return;
-  if (remote_abort_.ok()) remote_abort_ = s;
+  if (s.code == NEXAR_ERR_ABORTED) end(s);
+}
+
+void Communicator::end(const Status &why) {
+  // The first reason is kept, except that destroy always says CLOSED, as
+  // nexar_comm_destroy documents for what is still pending.
+  if (ended_.ok() || why.code == NEXAR_ERR_CLOSED) ended_ = why;
   for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
-    op->fail(s);
+    op->fail(why);
 }
 
 void Communicator::on_collective_mismatch(uint64_t seq, const Status &s) {
@@ -202,9 +199,7 @@ const char *Communicator::async_error_message() const {
 void Communicator::close() {
   if (state_.exchange(2) == 2) return;
   engine_->loop().run_sync([this] {
-    Status s = error(NEXAR_ERR_CLOSED, format("the communicator of rank %u was destroyed", rank_));
-    for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
-      op->fail(s);
+    end(error(NEXAR_ERR_CLOSED, format("the communicator of rank %u was destroyed", rank_)));
   });
   // Closing the connections (peers see the close at once) also releases every
   // send still borrowing user memory. Only the last communicator on the

@@ -89,6 +89,9 @@ class Communicator {
   void deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
                std::shared_ptr<BlockingSlot> slot);
   void wait_idle();
+  // Loop thread: records why (the first reason, or destroy) and fails every
+  // operation in flight with it.
+  void end(const Status &why);
 
   std::shared_ptr<Engine> engine_;
   uint64_t comm_id_;
@@ -114,9 +117,10 @@ class Communicator {
   std::unordered_map<uint64_t, Status> early_mismatch_;
   uint64_t started_coll_seq_ = 0;
   uint64_t split_generation_ = 0;
-  // A peer's abort notice, once one arrived: operations that start later fail
-  // with it at once, instead of waiting for the aborted rank until timeout.
-  Status remote_abort_;
+  // Why this communicator can run no more operations (abort here or by a
+  // peer, destroy); operations that start later fail with it at once instead
+  // of waiting for peers that will not come.
+  Status ended_;
 };
 
 }  // namespace nexar
