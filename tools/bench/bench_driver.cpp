@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <set>
 
 #include "bench_proc.h"
 #include "bench_rounds.h"
@@ -197,6 +198,8 @@ class Driver {
 
   int run() {
     launcher_ = find_launcher(o_.self_exe);
+    cores_ = nexar_run::binding_slots(o_.bind_to_core ? nexar_run::BindTo::kCore
+                                                      : nexar_run::BindTo::kNone);
     const bool needs_peers = std::any_of(o_.compare.begin(), o_.compare.end(),
                                          [](const std::string &l) { return !is_nexar(l); });
     if (needs_peers && !setup_peers()) return 1;
@@ -301,9 +304,7 @@ class Driver {
     const std::string n = std::to_string(s.ranks);
     if (is_nexar(s.lib)) {
       std::vector<std::string> av = {launcher_, "-n", n, "--grace", "2"};
-      // nexar-bound: the same library with its ranks bound to cores
-      // (nexar-run --bind-to core) while the peers stay where they are.
-      if (o_.bind_to_core || s.lib == "nexar-bound") av.insert(av.end(), {"--bind-to", "core"});
+      if (bound(s)) av.insert(av.end(), {"--bind-to", "core"});
       av.insert(av.end(), {"--", o_.self_exe, "--worker"});
       av.insert(av.end(), args.begin(), args.end());
       // nexar-spin: the same library with its opt-in busy-polling
@@ -331,19 +332,32 @@ class Driver {
       return pg.start(av, {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"}, err);
     }
     // gloo, gloo-hd: N processes meeting in a FileStore directory.
-    const std::vector<cpu_set_t> cores = nexar_run::binding_slots(
-        o_.bind_to_core ? nexar_run::BindTo::kCore : nexar_run::BindTo::kNone);
     for (int r = 0; r < s.ranks; ++r) {
       std::vector<std::string> av;
-      if (!cores.empty())
+      if (!cores_.empty())
         av = {"taskset", "-c",
-              nexar_run::describe_cpus(cores[static_cast<size_t>(r) % cores.size()])};
+              nexar_run::describe_cpus(cores_[static_cast<size_t>(r) % cores_.size()])};
       av.insert(av.end(), {(peer_bin_ / "gloo_bench").string(), "--rank", std::to_string(r),
                            "--world", n, "--store", store});
       av.insert(av.end(), args.begin(), args.end());
       if (!pg.start(av, {}, err)) return false;
     }
     return true;
+  }
+
+  // nexar's ranks go through nexar-run --bind-to core: with --bind-to core,
+  // and always for nexar-bound (bound while the peers stay where they are).
+  bool bound(const RunSpec &s) const {
+    return is_nexar(s.lib) && (o_.bind_to_core || s.lib == "nexar-bound");
+  }
+
+  // Passes on nexar-run's "binding: local rank 0 on CPU 0, ..." once per
+  // rank count, so the run shows where the ranks went.
+  void report_binding(const RunSpec &s, const std::string &launcher_stderr) {
+    const size_t at = launcher_stderr.find("nexar-run: binding: ");
+    if (at == std::string::npos || !binding_reported_.insert(s.ranks).second) return;
+    const size_t end = launcher_stderr.find('\n', at);
+    progress_.note(launcher_stderr.substr(at + 11, end == std::string::npos ? end : end - at - 11));
   }
 
   void show_progress(const RunSpec &s, size_t next_index) {
@@ -415,6 +429,7 @@ class Driver {
       failure = "program " + exit_problem;  // rows complete, but it failed at the end
     for (Result &r : got)
       results_.push_back(r);
+    if (bound(s)) report_binding(s, pg.stderr_tail());
     if (!failure.empty()) {
       const std::string tail = pg.stderr_tail();
       progress_.note(s.lib + " " + s.op + " (" + std::to_string(s.ranks) + " ranks) " + failure +
@@ -574,6 +589,8 @@ class Driver {
   const DriverOptions &o_;
   DataDirs data_;
   std::string launcher_;
+  std::vector<cpu_set_t> cores_;    // --bind-to core: Gloo rank r runs on cores_[r % size]
+  std::set<int> binding_reported_;  // rank counts whose nexar-run binding was passed on
   fs::path peer_bin_;
   Progress progress_;
   std::vector<Result> results_;

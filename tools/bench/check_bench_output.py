@@ -13,7 +13,9 @@ mode rows (default): runs `BENCH_EXE ARGS --json J --csv C` and asserts that
   (R > 1) it asserts that the rounds were combined (still one row per size),
   that every table says "medians of R rounds", and that each ratio cell
   reads "median (lowest-highest)" with lowest <= median <= highest. With
-  --bind-to core it asserts that every table says its ranks were bound.
+  --bind-to core it asserts that every table says its ranks were bound, and
+  with it or --compare nexar-bound that nexar-run's binding report (passed
+  on by the driver) names each rank count's last local rank.
   It skips (exit 77) when what ARGS need is not installed and ctest cannot
   install it (scripts/test.sh does, first): with --compare, the peers'
   packages (Open MPI: openmpi-bin, libopenmpi-dev; Gloo: libgloo-dev); with
@@ -198,6 +200,12 @@ def mode_rows(bench, args, tmp):
         if bound != len(ranks) * len(ops):
             fail(f"--bind-to core: {bound} table(s) say 'ranks bound to cores', "
                  f"want {len(ranks) * len(ops)}")
+    if arg(args, "--bind-to") == "core" or "nexar-bound" in compare:
+        # nexar-run's own report, passed on: the ranks really were bound.
+        for n in ranks:
+            if "nexar-bench: binding: local rank 0 on CPU" not in p.stderr or \
+                    f"local rank {n - 1} on CPU" not in p.stderr:
+                fail(f"no 'binding: ... local rank {n - 1} on CPU' from nexar-run for {n} ranks")
     rounds = int(arg(args, "--rounds", "1"))
     if rounds > 1:
         check_round_ratios(p.stdout, rounds, len(ranks) * len(ops), bool(compare))
