@@ -14,9 +14,9 @@ rank exits non-zero (an unhandled exception) or is killed, the others get
 SIGTERM, then SIGKILL after the grace period, and the launcher exits with that
 rank's status, naming it. ``--bind-to core`` (or ``hwthread``) pins local rank
 i to the i-th core (hardware thread) this launcher may use, wrapping round
-when ranks outnumber them, as ``nexar-run --bind-to`` does. Exit status: 0 when every rank exited 0; the first
-failing rank's status (128 + signal when killed); 1 when the world did not
-form; 2 on a usage error.
+when ranks outnumber them, as ``nexar-run --bind-to`` does. Exit status: 0
+when every rank exited 0; the first failing rank's status (128 + signal when
+killed); 1 when the world did not form; 2 on a usage error.
 """
 from __future__ import annotations
 
