@@ -5,7 +5,8 @@
 # once more under them, then with ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+# linux-perf: bench.pass_floor_reads_a_real_profile records with perf.
+scripts/install-deps.sh linux-perf
 # The peers of nexar-bench's --compare test (Open MPI, Gloo) and matplotlib
 # for its plot; ctest cannot install packages.
 bench/peers/install.sh

@@ -47,3 +47,12 @@ add_test(NAME bench.compare_openmpi_one_row
 set_tests_properties(bench.compare_openmpi_one_row PROPERTIES
   TIMEOUT 900 SKIP_RETURN_CODE 77
   ENVIRONMENT "NEXAR_BENCH_CACHE=${CMAKE_BINARY_DIR}/bench-peers")
+
+# The floor of the byte passes (nexar_bench_floor.py, scripts/pass-floor.sh)
+# on a real perf recording of one row: the profile is read and the floors are
+# below the row's CPU. Skipped (77) without perf or the right to record.
+add_test(NAME bench.pass_floor_reads_a_real_profile
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_pass_floor.py
+                 $<TARGET_FILE:nexar-bench>)
+set_tests_properties(bench.pass_floor_reads_a_real_profile PROPERTIES
+  TIMEOUT 900 SKIP_RETURN_CODE 77)

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""How fast each nexar row could be if only its byte passes cost anything.
+
+Every byte nexar moves is copied into a QUIC packet (ngtcp2), sealed with
+AES-GCM, copied into the kernel, copied out of it, opened, and copied or
+reduced into the result. Open MPI and Gloo pay only the two kernel copies
+(and the reduction). For each row this runs nexar-bench once side by side
+with the peers (--compare), then `perf record -a` over nexar alone, and
+finds the share of nexar's CPU samples spent in those passes (libc
+memmove/memcpy, the reduction kernels, AES-GCM, the kernel's user copies).
+The row's CPU per operation scaled by that share, spread over the vCPUs the
+ranks can use, is the time the row cannot go below without removing a pass;
+a second floor leaves out the user-space copies, which a QUIC stack sealing
+from and opening into the application's memory would not make. Both are
+compared with issue 5's goals: half Gloo's median, and Open MPI's median
+/ 1.2 at 64 MiB. Needs perf (Debian linux-perf) and the right to record
+every CPU (root, or kernel.perf_event_paranoid <= -1).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+# ngtcp2 0.12 copies stream data into each packet and out of its decrypt
+# buffer: the user-space copies.
+COPY = re.compile(r"memmove|memcpy")
+PASS = re.compile(r"memmove|memcpy|reduce_op|aes_gcm|_copy_to_iter|_copy_from_iter|"
+                  r"copy_user|rep_movs|nettle_gcm|gcm_(en|de)crypt")
+# The bench worker fills and checks buffers outside the timed loop.
+BENCH = re.compile(r"benchm::|memcmp|memset")
+# "  12.41%  nexar-bench  [.] __memmove_avx512_unaligned_erms"
+SAMPLE = re.compile(r"\s*([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(.+?)\s*$")
+
+
+def pass_shares(report_text):
+    """From `perf report --sort comm,sym --stdio`: the shares of nexar-bench's
+    samples (bench checks left out) in all byte passes, and in the user-space
+    copies among them."""
+    total = passes = copies = bench = 0.0
+    for line in report_text.splitlines():
+        m = SAMPLE.match(line)
+        if not m or m.group(2) != "nexar-bench":
+            continue
+        share, sym = float(m.group(1)), m.group(3)
+        total += share
+        if BENCH.search(sym):
+            bench += share
+        elif PASS.search(sym):
+            passes += share
+            if COPY.search(sym):
+                copies += share
+    if total - bench <= 0:
+        return None
+    return passes / (total - bench), copies / (total - bench)
+
+
+def parse_size(text):
+    """'256K' -> 262144, as nexar-bench reads --sizes."""
+    m = re.fullmatch(r"(\d+)([KMG]?)", text, re.IGNORECASE)
+    if not m:
+        raise SystemExit(f"bad size {text!r}")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+
+
+def fmt_us(us):
+    return f"{us / 1000:.1f} ms" if us >= 10000 else f"{us:.0f} µs"
+
+
+def run(cmd, **kw):
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bench", default="build/tools/bench/nexar-bench", help="nexar-bench to run")
+    ap.add_argument("--ops", default="allreduce,broadcast")
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--sizes", default="256K,4M,64M")
+    ap.add_argument("--compare", default="gloo,openmpi", help="peers for the goals ('' for none)")
+    ap.add_argument("--out", default="build/pass-floor", help="directory for the recordings")
+    ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--cpus", type=int, default=len(os.sched_getaffinity(0)),
+                    help="vCPUs the ranks share (default: this process's affinity)")
+    ap.add_argument("bench_args", nargs="*", help="passed to every nexar-bench run (after --)")
+    args = ap.parse_args()
+    if not shutil.which("perf"):
+        print("nexar_bench_floor: perf is not installed (Debian: linux-perf)", file=sys.stderr)
+        return 77
+    os.makedirs(args.out, exist_ok=True)
+    probe = subprocess.run(["perf", "record", "-q", "-a", "-o", os.path.join(args.out, "probe.data"),
+                            "--", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        print("nexar_bench_floor: perf may not record every CPU here: "
+              f"{probe.stderr.strip()[-400:]}", file=sys.stderr)
+        return 77
+    side = os.path.join(args.out, "bench.json")
+    cmd = [args.bench, args.ops, "--ranks", args.ranks, "--sizes", args.sizes, "--json", side]
+    if args.compare:
+        cmd += ["--compare", args.compare]
+    run(cmd + args.bench_args, stdout=subprocess.DEVNULL)
+    rows = json.load(open(side))
+    rows = rows if isinstance(rows, list) else rows["rows"]
+    median = {(r["lib"], r["op"], r["ranks"], r["bytes"]): r["median_us"]
+              for r in rows if r.get("check") == "ok"}
+
+    results = []
+    for r in rows:
+        if r["lib"] != "nexar" or r.get("check") != "ok":
+            continue
+        data = os.path.join(args.out, f"{r['op']}-{r['ranks']}-{r['bytes']}.data")
+        rec = subprocess.run(["perf", "record", "-q", "-a", "-F", "1999", "-o", data, "--",
+                              args.bench, r["op"], "--ranks", str(r["ranks"]), "--sizes",
+                              str(r["bytes"])] + args.bench_args,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if rec.returncode != 0:
+            print(f"nexar_bench_floor: perf record failed for {r['op']} {r['ranks']} ranks "
+                  f"{r['bytes']} B: {rec.stderr.strip()[-400:]}", file=sys.stderr)
+            return 1
+        report = run(["perf", "report", "-i", data, "--no-children", "--sort", "comm,sym",
+                      "--stdio"], capture_output=True, text=True).stdout
+        shares = pass_shares(report)
+        if shares is None:
+            print(f"nexar_bench_floor: {data}: no nexar-bench samples", file=sys.stderr)
+            return 1
+        share, copy_share = shares
+        spread = r["cpu_us"] * r["ranks"] / min(r["ranks"], args.cpus)
+        key = (r["op"], r["ranks"], r["bytes"])
+        goals = {}
+        if ("gloo",) + key in median:
+            goals["Gloo / 2"] = median[("gloo",) + key] / 2
+        if r["op"] == "allreduce" and r["bytes"] >= 64 << 20 and ("openmpi",) + key in median:
+            goals["Open MPI / 1.2"] = median[("openmpi",) + key] / 1.2
+        results.append({"op": r["op"], "ranks": r["ranks"], "bytes": r["bytes"],
+                        "median_us": r["median_us"], "cpu_us": r["cpu_us"],
+                        "pass_share": share, "copy_share": copy_share,
+                        "floor_us": share * spread,
+                        "floor_without_copies_us": (share - copy_share) * spread,
+                        "goals_us": goals})
+
+    print("| row | nexar | CPU per op per rank | byte passes | floor | without the user-space "
+          "copies | goal | floors / goal |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for x in results:
+        label = f"{x['op']} {x['ranks']}r {x['bytes'] >> 10} KiB" if x["bytes"] < 1 << 20 else \
+            f"{x['op']} {x['ranks']}r {x['bytes'] >> 20} MiB"
+        for name, goal in (x["goals_us"] or {"": 0}).items():
+            verdict = ""
+            if name:
+                verdict = f"{x['floor_us'] / goal:.2f} / {x['floor_without_copies_us'] / goal:.2f}"
+                if x["floor_without_copies_us"] > goal:
+                    verdict += " (beyond reach with encryption)"
+                elif x["floor_us"] > goal:
+                    verdict += " (beyond reach with ngtcp2's copies)"
+            print(f"| {label} | {fmt_us(x['median_us'])} | {fmt_us(x['cpu_us'])} "
+                  f"| {100 * x['pass_share']:.0f} % | {fmt_us(x['floor_us'])} "
+                  f"| {fmt_us(x['floor_without_copies_us'])} "
+                  f"| {name + ' = ' + fmt_us(goal) if name else '–'} | {verdict} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
