@@ -27,42 +27,41 @@ import sys
 # ngtcp2 0.12 copies stream data into each packet and out of its decrypt
 # buffer: the user-space copies.
 COPY = re.compile(r"memmove|memcpy")
-PASS = re.compile(r"memmove|memcpy|reduce_op|aes_gcm|_copy_to_iter|_copy_from_iter|"
-                  r"copy_user|rep_movs|nettle_gcm|gcm_(en|de)crypt")
+# The other passes by symbol: the reduction kernels and the kernel's copies
+# (the hot symbol is _copy_to_iter/_copy_from_iter on recent kernels,
+# copy_user_enhanced_fast_string on 6.1, rep_movs_alternative from 6.4).
+PASS = re.compile(r"memmove|memcpy|reduce_op|_copy_to_iter|_copy_from_iter|copy_user|rep_movs")
+# Sealing and opening by library: ipsec-mb's AES-GCM, or, with
+# NEXAR_FAST_AEAD=0, GnuTLS and nettle, whose stripped symbols perf cannot
+# name (nearly all their samples are then the AEAD; with ipsec-mb they have
+# only the handshake's few).
+AEAD_DSO = re.compile(r"libIPSec_MB|libgnutls|libnettle")
 # The bench worker fills and checks buffers outside the timed loop.
 BENCH = re.compile(r"benchm::|memcmp|memset")
-# "  12.41%  nexar-bench  [.] __memmove_avx512_unaligned_erms"
-SAMPLE = re.compile(r"\s*([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(.+?)\s*$")
+# "  12.41%  nexar-bench  libc.so.6  [.] __memmove_avx512_unaligned_erms"
+SAMPLE = re.compile(r"\s*([\d.]+)%\s+(\S+)\s+(\S+)\s+\[[.k]\]\s+(.+?)\s*$")
 
 
 def pass_shares(report_text):
-    """From `perf report --sort comm,sym --stdio`: the shares of nexar-bench's
-    samples (bench checks left out) in all byte passes, and in the user-space
-    copies among them."""
+    """From `perf report --sort comm,dso,sym --stdio`: the shares of
+    nexar-bench's samples (bench checks left out) in all byte passes, and in
+    the user-space copies among them."""
     total = passes = copies = bench = 0.0
     for line in report_text.splitlines():
         m = SAMPLE.match(line)
         if not m or m.group(2) != "nexar-bench":
             continue
-        share, sym = float(m.group(1)), m.group(3)
+        share, dso, sym = float(m.group(1)), m.group(3), m.group(4)
         total += share
         if BENCH.search(sym):
             bench += share
-        elif PASS.search(sym):
+        elif PASS.search(sym) or AEAD_DSO.search(dso):
             passes += share
             if COPY.search(sym):
                 copies += share
     if total - bench <= 0:
         return None
     return passes / (total - bench), copies / (total - bench)
-
-
-def parse_size(text):
-    """'256K' -> 262144, as nexar-bench reads --sizes."""
-    m = re.fullmatch(r"(\d+)([KMG]?)", text, re.IGNORECASE)
-    if not m:
-        raise SystemExit(f"bad size {text!r}")
-    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
 
 
 def fmt_us(us):
@@ -120,7 +119,7 @@ def main():
             print(f"nexar_bench_floor: perf record failed for {r['op']} {r['ranks']} ranks "
                   f"{r['bytes']} B: {rec.stderr.strip()[-400:]}", file=sys.stderr)
             return 1
-        report = run(["perf", "report", "-i", data, "--no-children", "--sort", "comm,sym",
+        report = run(["perf", "report", "-i", data, "--no-children", "--sort", "comm,dso,sym",
                       "--stdio"], capture_output=True, text=True).stdout
         shares = pass_shares(report)
         if shares is None:
