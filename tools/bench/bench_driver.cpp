@@ -354,10 +354,11 @@ class Driver {
   // Passes on nexar-run's "binding: local rank 0 on CPU 0, ..." once per
   // rank count, so the run shows where the ranks went.
   void report_binding(const RunSpec &s, const std::string &launcher_stderr) {
-    const size_t at = launcher_stderr.find("nexar-run: binding: ");
+    static const std::string kPrefix = "nexar-run: ", kReport = kPrefix + "binding: ";
+    const size_t at = launcher_stderr.find(kReport);
     if (at == std::string::npos || !binding_reported_.insert(s.ranks).second) return;
-    const size_t end = launcher_stderr.find('\n', at);
-    progress_.note(launcher_stderr.substr(at + 11, end == std::string::npos ? end : end - at - 11));
+    const size_t from = at + kPrefix.size(), end = launcher_stderr.find('\n', at);
+    progress_.note(launcher_stderr.substr(from, end == std::string::npos ? end : end - from));
   }
 
   void show_progress(const RunSpec &s, size_t next_index) {
