@@ -361,8 +361,11 @@ typedef struct nexar_stats {
   uint64_t relay_bytes_held;      /* bytes held now for forwarding (bounded per neighbour) */
 
   /* Packet protection */
-  uint64_t packets_fast_aead; /* QUIC packets sealed or opened with ipsec-mb's AES-GCM rather
-                                 than GnuTLS's (0 without libipsec-mb or with NEXAR_FAST_AEAD=0) */
+  uint64_t packets_fast_aead;     /* QUIC packets sealed or opened with ipsec-mb's AES-GCM rather
+                                     than GnuTLS's (0 without libipsec-mb or with NEXAR_FAST_AEAD=0) */
+  uint64_t bytes_opened_in_place; /* received payload bytes decrypted straight into the posted
+                                     receive's buffer instead of being copied there (packets
+                                     of 16 KiB or more on the ipsec-mb path; loopback) */
 } nexar_stats_t;
 
 /** Fills stats (stats->struct_size must be set by the caller). */

@@ -58,6 +58,22 @@ size_t Incoming::write(const uint8_t *data, size_t len) {
   return 0;
 }
 
+uint8_t *Incoming::place(size_t len) {
+  // Only a bound receive that copies (one combining reads the bytes), and
+  // only within its buffer.
+  if (discard_ || waiter_ == nullptr || waiter_->combine_.own != nullptr) return nullptr;
+  if (received_ + len > length_ || received_ + len > waiter_->size_) return nullptr;
+  return waiter_->buf_ + received_;
+}
+
+bool Incoming::placed(const uint8_t *to, size_t len, size_t *credit) {
+  // Abandoned since (discarding): dropped, as write() would drop them.
+  if (!discard_ && place(len) != to) return false;
+  received_ += len;
+  *credit = len;
+  return true;
+}
+
 void Incoming::release_buffer() {
   box_->buffered_total_ -= buffered_;
   box_->unexpected_per_peer_[key_.peer] -= buffered_;

@@ -60,6 +60,8 @@ class Incoming : public MessageSink {
            int64_t stream_id);
   size_t write(const uint8_t *data, size_t len) override;
   void finish(bool ok) override;
+  uint8_t *place(size_t len) override;
+  bool placed(const uint8_t *to, size_t len, size_t *credit) override;
 
  private:
   friend class Mailbox;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/config.h"
+#include "transport/stream_frame_scan.h"
 
 #ifdef NEXAR_HAVE_IPSEC_MB
 #include <intel-ipsec-mb.h>
@@ -19,6 +20,9 @@ constexpr size_t kKeyLen = 16, kNonceLen = 12, kTagLen = 16;
 // Offered keys kept while no context uses them: the current and the next
 // generation of a key update, both directions, with room to spare.
 constexpr size_t kMaxIdleKeys = 8;
+// How much of a payload is opened first to find its STREAM frame: room for
+// an ACK frame with a few ranges ahead of the STREAM header.
+constexpr size_t kScanBytes = 256;
 
 thread_local PacketCipher *t_current = nullptr;
 
@@ -90,6 +94,42 @@ struct alignas(64) PacketCipher::Key {
     return false;
 #endif
   }
+
+  // Opens one packet in consecutive pieces, each to its own destination
+  // (GCM's counter and hash carry over between them at any length).
+  class Opening {
+   public:
+    Opening(const Key &key, const uint8_t *nonce, const uint8_t *aad, size_t aadlen) : key_(key) {
+#ifdef NEXAR_HAVE_IPSEC_MB
+      IMB_AES128_GCM_INIT(library().mgr, &key_.data, &ctx_, nonce, aad, aadlen);
+#else
+      (void)nonce, (void)aad, (void)aadlen;
+#endif
+    }
+    void update(uint8_t *to, const uint8_t *from, size_t n) {
+#ifdef NEXAR_HAVE_IPSEC_MB
+      if (n > 0) IMB_AES128_GCM_DEC_UPDATE(library().mgr, &key_.data, &ctx_, to, from, n);
+#else
+      (void)to, (void)from, (void)n;
+#endif
+    }
+    bool finish(const uint8_t *received_tag) {
+#ifdef NEXAR_HAVE_IPSEC_MB
+      uint8_t tag[kTagLen];
+      IMB_AES128_GCM_DEC_FINALIZE(library().mgr, &key_.data, &ctx_, tag, kTagLen);
+      return tags_equal(tag, received_tag);
+#else
+      (void)received_tag;
+      return false;
+#endif
+    }
+
+   private:
+    const Key &key_;
+#ifdef NEXAR_HAVE_IPSEC_MB
+    gcm_context_data ctx_;
+#endif
+  };
 };
 
 PacketCipher::PacketCipher(uint64_t *fast_packets) : fast_packets_(fast_packets) {}
@@ -140,6 +180,39 @@ void PacketCipher::offer(const uint8_t *key, size_t keylen) {
 
 void PacketCipher::forget(const ngtcp2_crypto_aead_ctx *ctx) {
   std::erase_if(entries_, [&](const Entry &e) { return e.handle == ctx->native_handle; });
+}
+
+bool PacketCipher::open_placing(const Key &key, uint8_t *dest, const uint8_t *src, size_t len,
+                                const uint8_t *nonce, const uint8_t *aad, size_t aadlen) {
+  const size_t n = len - kTagLen;
+  uint8_t received[kTagLen];
+  memcpy(received, src + n, kTagLen);  // dest may be src
+  Key::Opening o(key, nonce, aad, aadlen);
+  const size_t head = std::min(n, kScanBytes);
+  o.update(dest, src, head);
+  // The head is not authenticated yet: it only says where to try. Should the
+  // tag then fail, the bytes opened into the receive are garbage in memory
+  // that is still waiting for exactly those bytes; the authentic packet
+  // (retransmitted, or the original of a forgery) overwrites them before the
+  // receive can complete, and they are never reported as received.
+  StreamFrameAt f;
+  size_t k = 0;
+  uint8_t *to = nullptr;
+  if (find_stream_frame(dest, head, n, &f) && f.data_len >= kMinPlaced)
+    to = placer_->place(f.stream_id, f.offset, f.data_len, &k);
+  if (!to || k < kMinPlaced || k > f.data_len) {
+    o.update(dest + head, src + head, n - head);
+    return o.finish(received);
+  }
+  // The data's first bytes were in the head (its STREAM header was).
+  const size_t opened = head - f.data_start;
+  memcpy(to, dest + f.data_start, opened);
+  const size_t end = f.data_start + k;
+  o.update(to + opened, src + head, end - head);
+  o.update(dest + end, src + end, n - end);
+  if (!o.finish(received)) return false;
+  placer_->placed(f.stream_id, f.offset, k, to);
+  return true;
 }
 
 const PacketCipher::Entry *PacketCipher::find(const void *handle) const {
@@ -210,8 +283,11 @@ int PacketCipher::decrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
       pc && !pc->keys_.empty() && suitable(aead, noncelen) && ciphertextlen >= kTagLen;
   const Entry *e = fast_possible ? pc->find(handle) : nullptr;
   if (e && e->key) {
-    if (!e->key->open(dest, ciphertext, ciphertextlen, nonce, aad, aadlen))
-      return NGTCP2_ERR_DECRYPT;
+    const bool ok =
+        pc->placer_ && ciphertextlen >= kTagLen + kMinPlaced
+            ? pc->open_placing(*e->key, dest, ciphertext, ciphertextlen, nonce, aad, aadlen)
+            : e->key->open(dest, ciphertext, ciphertextlen, nonce, aad, aadlen);
+    if (!ok) return NGTCP2_ERR_DECRYPT;
     ++*pc->fast_packets_;
     return 0;
   }

@@ -38,6 +38,23 @@ class PacketCipher {
   static bool available();
   static const char *implementation();
 
+  // Where a packet's stream data can be opened straight into: the receive
+  // that takes those bytes next. Consulted only while a Scope of this cipher
+  // lives, for packets of at least kMinPlaced bytes of stream data.
+  class Placer {
+   public:
+    virtual ~Placer() = default;
+    // Memory for the first bytes (at most len) of stream stream_id's data at
+    // offset, if they would be copied into it unchanged; *n says how many.
+    // Null: they are opened into ngtcp2's buffer as usual.
+    virtual uint8_t *place(int64_t stream_id, uint64_t offset, size_t len, size_t *n) = 0;
+    // The packet was authentic: those n bytes are in place, and ngtcp2's
+    // buffer holds no plaintext for them.
+    virtual void placed(int64_t stream_id, uint64_t offset, size_t n, const uint8_t *to) = 0;
+  };
+  static constexpr size_t kMinPlaced = 16 * 1024;
+  void set_placer(Placer *p) { placer_ = p; }
+
   // A key of this connection (AES-128: 16 bytes; other lengths are ignored).
   void offer(const uint8_t *key, size_t keylen);
   // ngtcp2 is freeing this context; its handle may be reused by another.
@@ -79,10 +96,15 @@ class PacketCipher {
   void decide(const void *handle, const uint8_t *plaintext, size_t len, const uint8_t *sealed,
               const uint8_t *nonce, const uint8_t *aad, size_t aadlen);
   static bool suitable(const ngtcp2_crypto_aead *aead, size_t noncelen);
+  // Opens a packet as Key::open does, the first STREAM frame's data straight
+  // into the place placer_ gives for it, if any.
+  bool open_placing(const Key &key, uint8_t *dest, const uint8_t *src, size_t len,
+                    const uint8_t *nonce, const uint8_t *aad, size_t aadlen);
 
   std::vector<std::unique_ptr<Key>> keys_;  // offered; adopted ones are never dropped early
   std::vector<Entry> entries_;
   uint64_t *fast_packets_;
+  Placer *placer_ = nullptr;
 };
 
 }  // namespace nexar

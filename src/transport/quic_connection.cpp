@@ -53,6 +53,7 @@ QuicConnection::QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, boo
       cipher_(&ep->stats().packets_fast_aead) {
   conn_ref_.get_conn = &QuicConnection::get_conn;
   conn_ref_.user_data = this;
+  cipher_.set_placer(this);
   ev_init(&timer_, &QuicConnection::on_timer);
   timer_.data = this;
   for (size_t i = 0; i < kSendStreams; ++i) {
@@ -260,11 +261,11 @@ int QuicConnection::cb_handshake_completed(ngtcp2_conn *, void *ud) {
   return 0;
 }
 
-int QuicConnection::cb_recv_stream_data(ngtcp2_conn *conn, uint32_t flags, int64_t sid, uint64_t,
+int QuicConnection::cb_recv_stream_data(ngtcp2_conn *conn, uint32_t, int64_t sid, uint64_t offset,
                                         const uint8_t *data, size_t len, void *ud, void *) {
   auto *self = static_cast<QuicConnection *>(ud);
   if (self->closed_) return 0;
-  size_t credit = self->on_stream_data(sid, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
+  size_t credit = self->on_stream_data(sid, offset, data, len);
   if (self->closed_) return NGTCP2_ERR_CALLBACK_FAILURE;
   if (credit > 0) {
     ngtcp2_conn_extend_max_stream_offset(conn, sid, credit);
@@ -589,13 +590,50 @@ QuicConnection::SendStream *QuicConnection::pick_stream() {
   return nullptr;
 }
 
-size_t QuicConnection::on_stream_data(int64_t sid, const uint8_t *data, size_t len, bool) {
+uint8_t *QuicConnection::place(int64_t sid, uint64_t offset, size_t len, size_t *n) {
+  if (closed_ || placement_.len > 0) return nullptr;
+  auto found = recv_.find(sid);
+  if (found == recv_.end()) return nullptr;
+  RecvStream &rs = found->second;
+  // Only data ngtcp2 will deliver at once (it continues the stream) and that
+  // lies in the payload of the message being received, not in a header.
+  if (offset != rs.next_offset || !rs.in_payload || rs.sink == nullptr) return nullptr;
+  const size_t k = static_cast<size_t>(std::min<uint64_t>(len, rs.remaining));
+  uint8_t *to = rs.sink->place(k);
+  if (to) *n = k;
+  return to;
+}
+
+void QuicConnection::placed(int64_t sid, uint64_t offset, size_t n, const uint8_t *to) {
+  placement_ = {sid, offset, n, to};
+}
+
+size_t QuicConnection::on_stream_data(int64_t sid, uint64_t offset, const uint8_t *data,
+                                      size_t len) {
   auto found = recv_.find(sid);
   if (found == recv_.end()) {
     found = recv_.emplace(sid, RecvStream{}).first;
     ++ep_->stats().streams_accepted;
   }
   RecvStream &rs = found->second;
+  rs.next_offset = offset + len;
+  // The first bytes of these may have been opened into their receive
+  // already; ngtcp2's buffer then holds no plaintext for them.
+  Placement placed;
+  if (placement_.len > 0 && placement_.stream_id == sid && placement_.offset == offset)
+    placed = std::exchange(placement_, {});
+  // place() saw this very state when the packet was opened; anything else
+  // would leave a receive without bytes that were opened for it.
+  auto lost = [&] {
+    fail(error(NEXAR_ERR_INTERNAL,
+               format("data from rank %u was opened for a receive that no longer takes it",
+                      expected_peer_rank_)));
+  };
+  if (placed.len > 0 && (!rs.in_payload || rs.sink == nullptr ||
+                         std::min<uint64_t>(len, rs.remaining) != placed.len)) {
+    lost();
+    return 0;
+  }
   size_t credit = 0;
   while (len > 0) {
     if (!rs.have_lane) {
@@ -640,7 +678,16 @@ size_t QuicConnection::on_stream_data(int64_t sid, const uint8_t *data, size_t l
       }
     }
     size_t k = static_cast<size_t>(std::min<uint64_t>(len, rs.remaining));
-    if (rs.frame.kind == wire::FrameKind::Control) {
+    if (placed.len > 0) {
+      size_t c = 0;
+      if (!rs.sink->placed(placed.to, k, &c)) {
+        lost();
+        return credit;
+      }
+      credit += c;
+      ep_->stats().bytes_opened_in_place += k;
+      placed = {};
+    } else if (rs.frame.kind == wire::FrameKind::Control) {
       rs.control.insert(rs.control.end(), data, data + k);
       credit += k;
     } else if (k > 0) {
@@ -690,6 +737,7 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
   ngtcp2_pkt_info pi{};
   const PacketCipher::Scope cipher(&cipher_);
   int rc = ngtcp2_conn_read_pkt(conn_, &path, &pi, data, len, ts);
+  placement_ = {};  // one not taken: ngtcp2 dropped its frame
   if (rc == 0) {
     ep_->mark_dirty(this);
     arm_timer();

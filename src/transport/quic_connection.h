@@ -45,6 +45,20 @@ class MessageSink {
   virtual size_t write(const uint8_t *data, size_t len) = 0;
   // Every payload byte has arrived (or the stream died: ok == false).
   virtual void finish(bool ok) = 0;
+  // Where the next len bytes would be copied unchanged, if write() would
+  // copy them into memory that is there already (a posted receive): the
+  // packet cipher may open them there instead. Null: give them to write().
+  virtual uint8_t *place(size_t len) {
+    (void)len;
+    return nullptr;
+  }
+  // The next len bytes were opened at `to`, where place(len) pointed when
+  // their packet arrived: takes them, setting *credit as write() returns it,
+  // unless they no longer belong there (false: they are lost).
+  virtual bool placed(const uint8_t *to, size_t len, size_t *credit) {
+    (void)to, (void)len, (void)credit;
+    return false;
+  }
 };
 
 // Told when a queued message has been acknowledged, or can never be.
@@ -94,7 +108,7 @@ struct OutgoingMessage {
   uint8_t prefix[wire::kRelayPrefixSize] = {};
 };
 
-class QuicConnection {
+class QuicConnection : private PacketCipher::Placer {
  public:
   static constexpr size_t kDataStreams = 4;
 
@@ -190,6 +204,15 @@ class QuicConnection {
     uint64_t remaining = 0;
     MessageSink *sink = nullptr;
     std::vector<uint8_t> control;
+    uint64_t next_offset = 0;  // stream offset of the next byte ngtcp2 delivers
+  };
+  // Stream data the packet being read had opened straight into its receive
+  // (PacketCipher::Placer); taken by on_stream_data.
+  struct Placement {
+    int64_t stream_id = -1;
+    uint64_t offset = 0;
+    size_t len = 0;
+    const uint8_t *to = nullptr;
   };
 
   static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref);
@@ -200,7 +223,9 @@ class QuicConnection {
   size_t build_vecs(SendStream &st, ngtcp2_vec *vecs, size_t max);
   void advance(SendStream &st, size_t n);
   void on_acked(int64_t stream_id, uint64_t offset, uint64_t len);
-  size_t on_stream_data(int64_t stream_id, const uint8_t *data, size_t len, bool fin);
+  size_t on_stream_data(int64_t stream_id, uint64_t offset, const uint8_t *data, size_t len);
+  uint8_t *place(int64_t stream_id, uint64_t offset, size_t len, size_t *n) override;
+  void placed(int64_t stream_id, uint64_t offset, size_t n, const uint8_t *to) override;
   SendStream *pick_stream();
   SendStream *stream_by_id(int64_t stream_id);
   void fail(const Status &why);
@@ -262,6 +287,7 @@ class QuicConnection {
   SendStream streams_[kSendStreams];
   size_t rr_ = 0;  // round-robin position over streams_[kData..]
   std::unordered_map<int64_t, RecvStream> recv_;
+  Placement placement_;
   uint64_t queued_bytes_ = 0;
 };
 

@@ -23,7 +23,8 @@ namespace nexar {
 struct TransportStats {
   uint64_t bytes_sent = 0, bytes_received = 0, messages_sent = 0, messages_received = 0;
   uint64_t streams_opened = 0, streams_accepted = 0;
-  uint64_t packets_fast_aead = 0;  // sealed or opened by PacketCipher's fast path
+  uint64_t packets_fast_aead = 0;      // sealed or opened by PacketCipher's fast path
+  uint64_t bytes_opened_in_place = 0;  // payload opened straight into its receive
 };
 
 class QuicEndpoint {

@@ -1,6 +1,7 @@
 // Mailbox: matching order, bounded buffering of unexpected messages (credit
 // withheld past the budget), per-tag state released, size mismatch, and
-// receives that reduce on arrival whatever the cut of the bytes.
+// receives that reduce on arrival whatever the cut of the bytes, and which
+// receives may have bytes opened straight into them.
 #include "client/mailbox.h"
 
 #include <gtest/gtest.h>
@@ -165,6 +166,54 @@ void write_in_odd_pieces(MessageSink *s, const uint8_t *data, size_t from, size_
     ASSERT_EQ(s->write(data + from, k), k);
     from += k;
   }
+}
+
+// Opening in place (MessageSink::place/placed): only into the posted
+// receive's next bytes, never for a combining receive, never past the
+// message; bytes placed elsewhere are refused; a receive abandoned since its
+// packet was opened drops them as write() would.
+TEST_F(Fixture, PlacementGoesOnlyToThePostedReceivesNextBytes) {
+  std::vector<uint8_t> dst(64, 0);
+  RecvWait w(&box, &op, deadline, key(3), dst.data(), dst.size(), 0, 1, "recv");
+  ASSERT_FALSE(w.await_ready());
+  MessageSink *s = box.on_message(key(3), dst.size(), 0, nullptr, -1);
+  uint8_t *to = s->place(16);
+  ASSERT_EQ(to, dst.data());
+  size_t credit = 0;
+  EXPECT_FALSE(s->placed(dst.data() + 1, 16, &credit)) << "bytes placed elsewhere were taken";
+  ASSERT_TRUE(s->placed(to, 16, &credit));
+  EXPECT_EQ(credit, 16u);
+  EXPECT_EQ(s->place(16), dst.data() + 16) << "the next place follows the bytes taken";
+  EXPECT_EQ(s->place(49), nullptr) << "a place past the end of the message";
+  const std::vector<uint8_t> rest(48, 7);
+  EXPECT_EQ(s->write(rest.data(), 16), 16u);  // placed and copied bytes mix
+  EXPECT_EQ(s->place(32), dst.data() + 32);
+  w.finish(error(NEXAR_ERR_TIMEOUT, "abandoned"));  // as a timeout does
+  EXPECT_EQ(s->place(32), nullptr) << "an abandoned receive is no place";
+  ASSERT_TRUE(s->placed(dst.data() + 32, 32, &credit)) << "opened before it was abandoned";
+  EXPECT_EQ(credit, 32u);
+  s->finish(true);
+  EXPECT_EQ(box.keys(), 0u);
+}
+
+TEST_F(Fixture, CombiningOrUnpostedReceivesAreNoPlace) {
+  const SumCase c(64);
+  std::vector<float> dst(c.own.size());
+  RecvWait w(&box, &op, deadline, key(1), dst.data(), c.size(), 0, 1, "recv", c.combine());
+  ASSERT_FALSE(w.await_ready());
+  MessageSink *combining = box.on_message(key(1), c.size(), 0, nullptr, -1);
+  EXPECT_EQ(combining->place(16), nullptr) << "a combining receive reads the bytes";
+  write_in_odd_pieces(combining, c.bytes(), 0, c.size());
+  combining->finish(true);
+  MessageSink *early = box.on_message(key(2), 64, 0, nullptr, -1);
+  EXPECT_EQ(early->place(16), nullptr) << "an unexpected message is buffered";
+  const std::vector<uint8_t> data(64, 1);
+  early->write(data.data(), data.size());
+  early->finish(true);
+  std::vector<uint8_t> got(64);
+  RecvWait late(&box, &op, deadline, key(2), got.data(), got.size(), 0, 1, "recv");
+  ASSERT_TRUE(late.await_ready());
+  EXPECT_EQ(got, data);
 }
 
 TEST_F(Fixture, CombiningReceiveReducesWhateverTheCutOfTheBytes) {

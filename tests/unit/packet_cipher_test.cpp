@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 #include <ngtcp2/ngtcp2_crypto.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "transport/stream_frame_scan.h"
 
 using namespace nexar;
 
@@ -205,4 +208,189 @@ TEST(PacketCipher, KeysOfOtherLengthsAreNotOffered) {
     EXPECT_EQ(p.bytes, reference_seal(kKey, make_packet(64, seed), 64));
   }
   EXPECT_EQ(fast, 0u);
+}
+
+// ---- Opening stream data straight into its receive ---------------------------
+
+namespace {
+
+// QUIC variable-length integers in their 1-, 2-, 4- or 8-byte forms.
+void put_varint(std::vector<uint8_t> &b, uint64_t v, size_t len) {
+  const uint8_t prefix = len == 1 ? 0x00 : len == 2 ? 0x40 : len == 4 ? 0x80 : 0xc0;
+  for (size_t i = 0; i < len; ++i)
+    b.push_back(static_cast<uint8_t>(v >> (8 * (len - 1 - i))));
+  b[b.size() - len] |= prefix;
+}
+
+// An ACK frame with `ranges` extra ranges (ECN counts when ecn).
+void put_ack(std::vector<uint8_t> &b, size_t ranges, bool ecn) {
+  b.push_back(ecn ? 0x03 : 0x02);
+  put_varint(b, 1000, 2);  // largest acknowledged
+  put_varint(b, 25, 1);    // delay
+  put_varint(b, ranges, 1);
+  put_varint(b, 3, 1);  // first range
+  for (size_t i = 0; i < ranges; ++i) {
+    put_varint(b, 1, 1);
+    put_varint(b, 2, 4);
+  }
+  if (ecn)
+    for (int i = 0; i < 3; ++i)
+      put_varint(b, 7, 2);
+}
+
+// A payload: padding and ping, an ACK, a STREAM frame (sid 6) whose data is
+// data_len bytes at stream offset 4096 (with a Length field when with_len),
+// then, if with_len, a trailing PING and padding.
+std::vector<uint8_t> payload(size_t data_len, bool with_len, size_t ack_ranges = 2) {
+  std::vector<uint8_t> b = {0x00, 0x01};
+  put_ack(b, ack_ranges, true);
+  b.push_back(with_len ? 0x0e : 0x0c);  // STREAM with OFF (and LEN)
+  put_varint(b, 6, 1);
+  put_varint(b, 4096, 4);
+  if (with_len) put_varint(b, data_len, 4);
+  for (size_t i = 0; i < data_len; ++i)
+    b.push_back(static_cast<uint8_t>(i * 13 + 5));
+  if (with_len) b.insert(b.end(), {0x01, 0x00, 0x00, 0x00});
+  return b;
+}
+
+}  // namespace
+
+TEST(StreamFrameScan, FindsTheStreamFrameBehindPaddingPingAndAck) {
+  for (bool with_len : {true, false}) {
+    const std::vector<uint8_t> b = payload(5000, with_len);
+    StreamFrameAt f;
+    ASSERT_TRUE(find_stream_frame(b.data(), 256, b.size(), &f)) << with_len;
+    EXPECT_EQ(f.stream_id, 6);
+    EXPECT_EQ(f.offset, 4096u);
+    EXPECT_EQ(f.data_len, 5000u);
+    EXPECT_EQ(b[f.data_start], 5) << "data_start is not the data's first byte";
+    EXPECT_EQ(b[f.data_start + 4999], static_cast<uint8_t>(4999 * 13 + 5));
+  }
+}
+
+TEST(StreamFrameScan, GivesUpRatherThanGuess) {
+  StreamFrameAt f;
+  std::vector<uint8_t> b = payload(5000, true);
+  // The STREAM header not complete in the bytes given.
+  EXPECT_FALSE(find_stream_frame(b.data(), 20, b.size(), &f));
+  // A Length beyond the payload.
+  EXPECT_FALSE(find_stream_frame(b.data(), 256, 4000, &f));
+  // A frame it does not know (MAX_DATA) ahead of the STREAM frame.
+  std::vector<uint8_t> other = {0x10};
+  put_varint(other, 1 << 20, 4);
+  const std::vector<uint8_t> rest = payload(5000, true);
+  other.insert(other.end(), rest.begin(), rest.end());
+  EXPECT_FALSE(find_stream_frame(other.data(), 256, other.size(), &f));
+  // An ACK with more ranges than it scans past.
+  b = payload(5000, true, 40);
+  EXPECT_FALSE(find_stream_frame(b.data(), b.size(), b.size(), &f));
+  // Nothing but padding.
+  const std::vector<uint8_t> pad(300, 0);
+  EXPECT_FALSE(find_stream_frame(pad.data(), 256, pad.size(), &f));
+}
+
+namespace {
+
+// A receive that takes the bytes of stream 6 from offset 4096 on.
+struct TestPlacer : PacketCipher::Placer {
+  std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 20, 0xee);
+  size_t calls = 0;
+  int64_t placed_sid = -1;
+  uint64_t placed_offset = 0;
+  size_t placed_n = 0;
+  size_t room = SIZE_MAX;  // how many bytes it takes
+  uint8_t *place(int64_t sid, uint64_t offset, size_t len, size_t *n) override {
+    ++calls;
+    if (sid != 6 || offset != 4096) return nullptr;
+    *n = std::min(len, room);
+    return buf.data();
+  }
+  void placed(int64_t sid, uint64_t offset, size_t n, const uint8_t *to) override {
+    EXPECT_EQ(to, buf.data());
+    placed_sid = sid;
+    placed_offset = offset;
+    placed_n = n;
+  }
+};
+
+}  // namespace
+
+// A cipher with a TestPlacer whose context the first packet has decided.
+struct PlacingCipher {
+  uint64_t fast = 0;
+  PacketCipher pc{&fast};
+  TestPlacer placer;
+  GnutlsCtx tx{kKey, true}, rx{kKey, false};
+  PacketCipher::Scope scope{&pc};
+  PlacingCipher() {
+    pc.set_placer(&placer);
+    pc.offer(kKey, 16);
+    Packet p = make_packet(1200, 1);  // GnuTLS opens it; it decides the context
+    std::vector<uint8_t> got;
+    EXPECT_EQ(seal(tx, p, 1200), 0);
+    EXPECT_EQ(open(rx, p, 1200, &got), 0);
+  }
+  // plain sealed; opened through the placer (reset first) into *got.
+  int open_payload(const std::vector<uint8_t> &plain, std::vector<uint8_t> *got,
+                   size_t room = SIZE_MAX, size_t flip = SIZE_MAX) {
+    Packet p = make_packet(plain.size(), 2);
+    std::copy(plain.begin(), plain.end(), p.bytes.begin());
+    EXPECT_EQ(seal(tx, p, plain.size()), 0);
+    if (flip != SIZE_MAX) p.bytes[flip] ^= 0x10;
+    placer = TestPlacer{};
+    placer.room = room;
+    return open(rx, p, plain.size(), got);
+  }
+};
+
+TEST(PacketCipher, OpensStreamDataStraightIntoThePlaceGiven) {
+  PlacingCipher c;
+  std::vector<uint8_t> got;
+  if (!PacketCipher::available()) {  // GnuTLS opens everything into ngtcp2's buffer
+    const std::vector<uint8_t> plain = payload(40000, true);
+    ASSERT_EQ(c.open_payload(plain, &got), 0);
+    EXPECT_EQ(got, plain);
+    EXPECT_EQ(c.placer.calls, 0u);
+    return;
+  }
+  // Whole frames, and a receive that takes only part of one (its message
+  // ends inside the frame); data lengths that split GCM blocks anywhere.
+  for (size_t room : {SIZE_MAX, size_t{20000}}) {
+    for (size_t data_len : {size_t{16384}, size_t{40001}, size_t{64900}}) {
+      const std::vector<uint8_t> plain = payload(data_len, true);
+      ASSERT_EQ(c.open_payload(plain, &got, room), 0);
+      const TestPlacer &placer = c.placer;
+      const size_t k = std::min(data_len, room);
+      ASSERT_EQ(placer.placed_n, k) << data_len;
+      EXPECT_EQ(placer.placed_sid, 6);
+      EXPECT_EQ(placer.placed_offset, 4096u);
+      StreamFrameAt f;
+      ASSERT_TRUE(find_stream_frame(plain.data(), 256, plain.size(), &f));
+      EXPECT_TRUE(
+          std::equal(placer.buf.begin(), placer.buf.begin() + k, plain.begin() + f.data_start))
+          << "placed bytes differ from the plaintext, " << data_len;
+      EXPECT_EQ(placer.buf[k], 0xee) << "wrote past the place given";
+      // Everything else is in ngtcp2's buffer where it belongs.
+      EXPECT_TRUE(std::equal(got.begin(), got.begin() + f.data_start, plain.begin()));
+      EXPECT_TRUE(
+          std::equal(got.begin() + f.data_start + k, got.end(), plain.begin() + f.data_start + k));
+    }
+  }
+  // Too little data to be worth placing: opened as usual.
+  const std::vector<uint8_t> plain = payload(PacketCipher::kMinPlaced - 1, true);
+  ASSERT_EQ(c.open_payload(plain, &got), 0);
+  EXPECT_EQ(c.placer.calls, 0u);
+  EXPECT_EQ(got, plain);
+}
+
+TEST(PacketCipher, AForgedPacketIsNeverReportedPlaced) {
+  PlacingCipher c;
+  std::vector<uint8_t> got;
+  const std::vector<uint8_t> plain = payload(30000, true);
+  for (size_t flip : {size_t{3000}, plain.size() + 2}) {  // in the data, in the tag
+    EXPECT_EQ(c.open_payload(plain, &got, SIZE_MAX, flip), NGTCP2_ERR_DECRYPT);
+    EXPECT_EQ(c.placer.calls, PacketCipher::available() ? 1u : 0u);
+    EXPECT_EQ(c.placer.placed_n, 0u) << "a forged packet was reported placed";
+  }
 }
