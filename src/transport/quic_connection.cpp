@@ -620,16 +620,16 @@ size_t QuicConnection::on_stream_data(int64_t sid, uint64_t offset, const uint8_
   // The first bytes of these may have been opened into their receive
   // already; ngtcp2's buffer then holds no plaintext for them.
   Placement placed;
-  if (placement_.len > 0 && placement_.stream_id == sid && placement_.offset == offset)
-    placed = std::exchange(placement_, {});
-  // place() saw this very state when the packet was opened; anything else
-  // would leave a receive without bytes that were opened for it.
+  if (placement_.len > 0 && placement_.stream_id == sid) placed = std::exchange(placement_, {});
+  // place() saw this very state when the packet was opened, at the offset
+  // ngtcp2 delivers next; anything else would leave a receive without bytes
+  // that were opened for it, or copy bytes that were never opened.
   auto lost = [&] {
     fail(error(NEXAR_ERR_INTERNAL,
                format("data from rank %u was opened for a receive that no longer takes it",
                       expected_peer_rank_)));
   };
-  if (placed.len > 0 && (!rs.in_payload || rs.sink == nullptr ||
+  if (placed.len > 0 && (placed.offset != offset || !rs.in_payload || rs.sink == nullptr ||
                          std::min<uint64_t>(len, rs.remaining) != placed.len)) {
     lost();
     return 0;
