@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -93,6 +94,30 @@ inline std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
   return v;
 }
 
+// In a world of two ranks (comms[0], comms[1]), sends `out` from rank `from`
+// to the other, whose receive into *in is posted first: a barrier separates
+// the post from the send, so the message streams into the posted buffer.
+inline void send_to_posted_receive(nexar_comm_t *const *comms, uint32_t from,
+                                   const std::vector<uint8_t> &out, std::vector<uint8_t> *in,
+                                   uint64_t tag, int wait_secs = 60) {
+  const uint32_t to = 1 - from;
+  in->assign(out.size(), 0);
+  on_each_rank(2, [&](uint32_t r) {
+    if (r == to) {
+      Completions got;
+      ASSERT_EQ(
+          nexar_recv(comms[to], in->data(), in->size(), from, tag, Completions::callback, &got),
+          NEXAR_OK);
+      NX_OK(nexar_barrier(comms[to], nullptr, nullptr));
+      ASSERT_TRUE(got.wait(1, wait_secs));
+      EXPECT_EQ(got.records[0].status, NEXAR_OK) << got.records[0].message;
+    } else {
+      NX_OK(nexar_barrier(comms[from], nullptr, nullptr));
+      NX_OK(nexar_send(comms[from], out.data(), out.size(), to, tag, nullptr, nullptr));
+    }
+  });
+}
+
 // Every pair exchanges messages of several sizes at once, with content checks.
 inline void exchange_all_pairs(const World &w, const std::vector<size_t> &sizes) {
   const uint32_t n = w.size();
@@ -171,6 +196,18 @@ inline nexar_status_t xor_5a(void *, uint32_t, uint32_t, const void *req, size_t
 }
 
 // The engine counters of comm's rank.
+// Whether this build seals and opens packets with ipsec-mb's AES-GCM (CMake
+// defines NEXAR_HAVE_IPSEC_MB when it found the library) and NEXAR_FAST_AEAD
+// does not turn it off.
+inline bool fast_aead_in_use() {
+#ifdef NEXAR_HAVE_IPSEC_MB
+  const char *v = getenv("NEXAR_FAST_AEAD");
+  return !(v && strcmp(v, "0") == 0);
+#else
+  return false;
+#endif
+}
+
 inline nexar_stats_t stats(nexar_comm_t *comm) {
   nexar_stats_t st;
   memset(&st, 0, sizeof st);

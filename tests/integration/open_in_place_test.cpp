@@ -4,25 +4,12 @@
 // and every byte intact; a message that arrives before its receive is
 // buffered as before and arrives intact too; collectives whose receives copy
 // (broadcast, allgather) or reduce (allreduce) still give exact results.
-#include <cstdlib>
-#include <cstring>
 
 #include "harness.h"
 
 using namespace nexar_test;
 
 namespace {
-
-#ifdef NEXAR_HAVE_IPSEC_MB
-constexpr bool kBuiltWithFastAead = true;
-#else
-constexpr bool kBuiltWithFastAead = false;
-#endif
-
-bool fast_aead() {
-  const char *v = getenv("NEXAR_FAST_AEAD");
-  return kBuiltWithFastAead && !(v && strcmp(v, "0") == 0);
-}
 
 constexpr size_t kBytes = 8 << 20;
 
@@ -31,24 +18,13 @@ constexpr size_t kBytes = 8 << 20;
 TEST(OpenInPlace, PostedReceiveGetsItsBytesOpenedInPlace) {
   World w(2);
   ASSERT_TRUE(w.ok());
-  std::vector<uint8_t> in(kBytes);
+  std::vector<uint8_t> in;
   const std::vector<uint8_t> out = pattern(kBytes, 77);
   const uint64_t before = stats(w[1]).bytes_opened_in_place;
-  on_each_rank(2, [&](uint32_t r) {
-    if (r == 1) {
-      Completions got;
-      ASSERT_EQ(nexar_recv(w[1], in.data(), kBytes, 0, 9, Completions::callback, &got), NEXAR_OK);
-      NX_OK(nexar_barrier(w[1], nullptr, nullptr));  // the receive is posted first
-      ASSERT_TRUE(got.wait(1));
-      EXPECT_EQ(got.records[0].status, NEXAR_OK) << got.records[0].message;
-    } else {
-      NX_OK(nexar_barrier(w[0], nullptr, nullptr));
-      NX_OK(nexar_send(w[0], out.data(), kBytes, 1, 9, nullptr, nullptr));
-    }
-  });
+  send_to_posted_receive(w.comms.data(), 0, out, &in, 9);
   EXPECT_TRUE(in == out) << "the receive's bytes differ from what was sent";
   const uint64_t placed = stats(w[1]).bytes_opened_in_place - before;
-  if (fast_aead())
+  if (fast_aead_in_use())
     // 64 KB packets on loopback: all but the pieces next to frame headers
     // and the packets that raced ahead of the receive.
     EXPECT_GT(placed, kBytes / 2);
@@ -97,7 +73,7 @@ TEST(OpenInPlace, CollectivesStayExact) {
     for (size_t i = 0; i < n; ++i)
       ASSERT_EQ(v[i], static_cast<float>(i % 7 + (i + 1) % 7 + (i + 2) % 7)) << "allreduce";
   });
-  if (fast_aead()) {
+  if (fast_aead_in_use()) {
     uint64_t placed = 0;
     for (uint32_t r = 0; r < 3; ++r)
       placed += stats(w[r]).bytes_opened_in_place;

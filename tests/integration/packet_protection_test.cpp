@@ -11,12 +11,6 @@ using namespace nexar_test;
 
 namespace {
 
-#ifdef NEXAR_HAVE_IPSEC_MB
-constexpr bool kBuiltWithFastAead = true;  // CMake found libipsec-mb
-#else
-constexpr bool kBuiltWithFastAead = false;
-#endif
-
 // 8 MiB each way at once, then an allreduce; checks every byte.
 void exchange(const World &w) {
   const size_t n = 8 << 20;
@@ -50,7 +44,7 @@ TEST(PacketProtection, BulkDataUsesTheFastAeadBothWays) {
   for (uint32_t r = 0; r < 2; ++r) {
     // 8 MiB at up to 64 KB per packet: well over 100 packets sealed and as
     // many opened by each rank.
-    if (kBuiltWithFastAead && !turned_off())
+    if (fast_aead_in_use())
       EXPECT_GT(stats(w[r]).packets_fast_aead, 200u) << "rank " << r;
     else
       EXPECT_EQ(stats(w[r]).packets_fast_aead, 0u) << "rank " << r;
