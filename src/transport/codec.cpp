@@ -50,6 +50,19 @@ bool ByteReader::get_le(uint64_t &v, std::size_t n) {
   return true;
 }
 
+bool ByteReader::quic_varint(uint64_t &v) {
+  if (!ok()) return false;
+  if (remaining() < 1) return fail(Error::kTruncated);
+  const std::size_t n = std::size_t{1} << (in_[pos_] >> 6);
+  if (remaining() < n) return fail(Error::kTruncated);
+  uint64_t x = in_[pos_] & 0x3f;
+  for (std::size_t i = 1; i < n; ++i)
+    x = (x << 8) | in_[pos_ + i];
+  pos_ += n;
+  v = x;
+  return true;
+}
+
 bool ByteReader::u8(uint8_t &v) {
   uint64_t x;
   if (!get_le(x, 1)) return false;

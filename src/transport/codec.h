@@ -70,8 +70,12 @@ class ByteReader {
   bool str(std::size_t max_len, std::string &out);
   // Unprefixed: a view of the next n bytes, valid as long as the input is.
   bool raw(std::size_t n, std::span<const uint8_t> &out);
+  // A QUIC variable-length integer (RFC 9000, 16: big-endian, its length in
+  // the first byte's top two bits), as in QUIC frames.
+  bool quic_varint(uint64_t &v);
 
   std::size_t remaining() const { return in_.size() - pos_; }
+  std::size_t position() const { return pos_; }
   bool ok() const { return error_ == Error::kNone; }
   bool at_end() const { return ok() && remaining() == 0; }
   Error error() const { return error_; }

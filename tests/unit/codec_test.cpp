@@ -144,6 +144,29 @@ TEST(ByteCodec, ReaderStaysFailedAndLeavesOutputsAlone) {
   EXPECT_TRUE(r3.raw(3, view) && r3.at_end());
 }
 
+// RFC 9000, appendix A.1's examples, then a truncated 4-byte form.
+TEST(ByteCodec, QuicVarintsInEveryLength) {
+  const Bytes b{0xc2, 0x19, 0x7c, 0x5e, 0xff, 0x14, 0xe8, 0x8c,  // 8 bytes
+                0x9d, 0x7f, 0x3e, 0x7d,                          // 4 bytes
+                0x7b, 0xbd,                                      // 2 bytes
+                0x25,                                            // 1 byte
+                0x80, 0x01};
+  ByteReader r(b);
+  uint64_t v = 0;
+  ASSERT_TRUE(r.quic_varint(v));
+  EXPECT_EQ(v, 151288809941952652u);
+  ASSERT_TRUE(r.quic_varint(v));
+  EXPECT_EQ(v, 494878333u);
+  ASSERT_TRUE(r.quic_varint(v));
+  EXPECT_EQ(v, 15293u);
+  ASSERT_TRUE(r.quic_varint(v));
+  EXPECT_EQ(v, 37u);
+  EXPECT_EQ(r.position(), 15u);
+  EXPECT_FALSE(r.quic_varint(v));
+  EXPECT_EQ(v, 37u) << "a failed read leaves its output alone";
+  EXPECT_EQ(r.error(), ByteReader::Error::kTruncated);
+}
+
 TEST(ByteCodec, LengthCheckedAgainstLimitAndInputBeforeAllocating) {
   Bytes huge;
   ByteWriter(huge).u32(kU32Max);
