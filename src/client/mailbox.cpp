@@ -60,9 +60,10 @@ size_t Incoming::write(const uint8_t *data, size_t len) {
 
 uint8_t *Incoming::place(size_t len) {
   // Only a bound receive that copies (one combining reads the bytes), and
-  // only within its buffer.
+  // only within the message; bind() discards a message whose length is not
+  // the buffer's, so within the message is within the buffer.
   if (discard_ || waiter_ == nullptr || waiter_->combine_.own != nullptr) return nullptr;
-  if (received_ + len > length_ || received_ + len > waiter_->size_) return nullptr;
+  if (received_ + len > length_) return nullptr;
   return waiter_->buf_ + received_;
 }
 
