@@ -24,6 +24,8 @@ TEST(OpenInPlace, PostedReceiveGetsItsBytesOpenedInPlace) {
   send_to_posted_receive(w.comms.data(), 0, out, &in, 9);
   EXPECT_TRUE(in == out) << "the receive's bytes differ from what was sent";
   const uint64_t placed = stats(w[1]).bytes_opened_in_place - before;
+  std::printf("opened in place: %llu of %zu bytes\n", static_cast<unsigned long long>(placed),
+              kBytes);
   if (fast_aead_in_use())
     // 64 KB packets on loopback: all but the pieces next to frame headers
     // and the packets that raced ahead of the receive.
