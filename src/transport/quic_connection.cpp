@@ -751,6 +751,14 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
       return false;
     case NGTCP2_ERR_DISCARD_PKT:
       return true;
+    case NGTCP2_ERR_DROP_CONN:
+      // A server's first Initial that could not be opened (damaged on the
+      // way, or forged): ngtcp2 asks for silence. A CONNECTION_CLOSE would
+      // end the client's dial, though its intact Initial may be right behind.
+      drop(error(NEXAR_ERR_PROTOCOL,
+                 format("dropped a connection attempt from %s: its first packet could not be read",
+                        from.to_string().c_str())));
+      return false;
     case NGTCP2_ERR_CRYPTO: {
       Status s = closed_ ? Status()
                          : error(NEXAR_ERR_TLS, format("TLS handshake with %s failed (alert %u)",
@@ -870,7 +878,6 @@ void QuicConnection::fail(const Status &why) {
 void QuicConnection::close(uint64_t app_error, const Status &why) {
   if (closed_) return;
   closed_ = true;
-  ev_timer_stop(ep_->loop()->raw(), &timer_);
   if (conn_ && !ngtcp2_conn_is_in_closing_period(conn_) &&
       !ngtcp2_conn_is_in_draining_period(conn_)) {
     ngtcp2_connection_close_error ccerr;
@@ -891,6 +898,24 @@ void QuicConnection::close(uint64_t app_error, const Status &why) {
       ep_->transmit(remote_, buf, &sz, 1);
     }
   }
+  end(why);
+}
+
+void QuicConnection::drop(const Status &why) {
+  if (closed_) return;
+  closed_ = true;
+  LOG_DEBUG("%s", why.message.c_str());
+  // Unroute now, not when destroyed: the client's next Initial carries the
+  // same DCID and must reach the connection it starts, not this one (nor
+  // lose its route when this one is destroyed later).
+  for (auto &cid : scids_)
+    ep_->unroute(cid);
+  scids_.clear();
+  end(why);
+}
+
+void QuicConnection::end(const Status &why) {
+  ev_timer_stop(ep_->loop()->raw(), &timer_);
   for (auto &st : streams_)
     finish_items(st, why);
   for (auto &[id, rs] : recv_)

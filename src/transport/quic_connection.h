@@ -229,6 +229,10 @@ class QuicConnection : private PacketCipher::Placer {
   SendStream *pick_stream();
   SendStream *stream_by_id(int64_t stream_id);
   void fail(const Status &why);
+  // Ends the connection without a word to the peer (NGTCP2_ERR_DROP_CONN).
+  void drop(const Status &why);
+  // What close() and drop() share: fails everything queued, tells the handler.
+  void end(const Status &why);
   void arm_timer();
   void finish_items(SendStream &st, const Status &s);
 
