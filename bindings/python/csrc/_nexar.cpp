@@ -10,6 +10,12 @@
 // done-callbacks (which hand results to asyncio with call_soon_threadsafe)
 // and passes log lines to logging.getLogger("nexar").
 //
+// RPC handlers are the one exception: a Python function registered with
+// register_rpc runs on nexar's completion thread, which takes the GIL for it
+// (serve_rpc). So every call here that may wait for that thread (registering,
+// closing, aborting) releases the GIL first, and Request.wait() refuses to
+// wait inside a handler.
+//
 // Blocking calls release the GIL and call the C ABI with done == NULL.
 // Asynchronous calls hold a strong reference to every buffer they read or
 // write until the completion has been seen by the dispatcher, so dropping the
@@ -23,6 +29,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -73,11 +80,13 @@ struct Pending {
   std::string message;
 
   // GIL only.
-  std::vector<PyObject *> keep;       // buffers (and their owners) kept alive
-  PyObject *result = nullptr;         // what wait() returns on success
-  nexar_comm_t *split_out = nullptr;  // split: the new handle, until wrapped
-  PyObject *split_parent = nullptr;   // split: keeps the parent alive meanwhile
-  std::vector<PyObject *> callbacks;  // run by the dispatcher, once
+  std::vector<PyObject *> keep;                  // buffers (and their owners) kept alive
+  PyObject *result = nullptr;                    // what wait() returns on success
+  nexar_comm_t *split_out = nullptr;             // split: the new handle, until wrapped
+  PyObject *split_parent = nullptr;              // split: keeps the parent alive meanwhile
+  bool rpc = false;                              // rpc: the response becomes the result
+  nexar_rpc_response_t *rpc_response = nullptr;  // written by nexar before done
+  std::vector<PyObject *> callbacks;             // run by the dispatcher, once
   bool dispatched = false;
 
   ~Pending() {
@@ -90,6 +99,7 @@ struct Pending {
       Py_DECREF(cb);
     if (split_out) nexar_comm_destroy(split_out);
     Py_XDECREF(split_parent);
+    nexar_rpc_response_free(rpc_response);
   }
   void release_keep() {
     for (PyObject *o : keep)
@@ -100,7 +110,8 @@ struct Pending {
     std::lock_guard<std::mutex> g(mu);
     return done;
   }
-  // GIL held. Wraps a split's handle into a Communicator (defined below).
+  // GIL held. Makes the result nexar left: wraps a split's handle into a
+  // Communicator, copies an RPC response into bytes (defined below).
   void materialize();
 };
 
@@ -388,6 +399,88 @@ nexar_op_t check_op(int64_t op, const std::string &name) {
   return static_cast<nexar_op_t>(op);
 }
 
+// ---- RPC handlers -----------------------------------------------------------------
+
+// An RPC response as bytes; frees the response.
+py::bytes response_bytes(nexar_rpc_response_t *r) {
+  std::unique_ptr<nexar_rpc_response_t, void (*)(nexar_rpc_response_t *)> own(
+      r, nexar_rpc_response_free);
+  const void *data = nexar_rpc_response_data(r);
+  return py::bytes(data ? static_cast<const char *>(data) : "", nexar_rpc_response_size(r));
+}
+
+// A Python function serving one fn_id, owned by its Communicator.
+struct RpcHandler {
+  py::object fn;
+};
+
+// True while this thread (nexar's completion thread) runs a Python RPC
+// handler: waiting there for a request would wait for this very thread.
+thread_local bool t_in_rpc_handler = false;
+
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+// What an exception raised by a handler tells the caller: "TypeName: text".
+std::string describe_exception(const py::error_already_set &e) {
+  try {
+    return py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
+           py::str(e.value()).cast<std::string>();
+  } catch (...) {
+    return "an exception that could not be described";
+  }
+}
+
+// The C handler behind every Python one (nexar's completion thread). The
+// handler gets (src_rank, request as bytes) and returns bytes-like or None.
+// An exception fails the caller's call with NEXAR_ERR_RPC_FAILED, its type
+// and text in the message; a NexarError passes on its own status.
+nexar_status_t serve_rpc(void *user_data, uint32_t src_rank, uint32_t, const void *request,
+                         size_t request_len, nexar_rpc_reply_t *reply) {
+  if (!Py_IsInitialized() || interpreter_finalizing()) {
+    nexar_rpc_reply_set_error(reply, "the Python interpreter is shutting down");
+    return NEXAR_ERR_CLOSED;
+  }
+  py::gil_scoped_acquire gil;
+  // A reference of its own: the handler may replace itself while it runs.
+  py::object fn = static_cast<RpcHandler *>(user_data)->fn;
+  struct InHandler {
+    InHandler() { t_in_rpc_handler = true; }
+    ~InHandler() { t_in_rpc_handler = false; }
+  } in_handler;
+  try {
+    py::object out =
+        fn(src_rank, py::bytes(request ? static_cast<const char *>(request) : "", request_len));
+    if (out.is_none()) return NEXAR_OK;
+    Py_buffer view;
+    if (PyObject_GetBuffer(out.ptr(), &view, PyBUF_SIMPLE) != 0) {
+      PyErr_Clear();
+      const std::string text = "TypeError: the handler returned " + type_name(out) +
+                               ", not bytes, a contiguous buffer or None";
+      nexar_rpc_reply_set_error(reply, text.c_str());
+      return NEXAR_ERR_INVALID_ARGUMENT;
+    }
+    const nexar_status_t st = nexar_rpc_reply_set(reply, view.buf, static_cast<size_t>(view.len));
+    PyBuffer_Release(&view);
+    if (st != NEXAR_OK) nexar_rpc_reply_set_error(reply, nexar_last_error_message());
+    return st;
+  } catch (py::error_already_set &e) {
+    nexar_status_t st = NEXAR_ERR_INTERNAL;
+    if (py::isinstance(e.value(), support().attr("NexarError")))
+      st = e.value().attr("status").cast<nexar_status_t>();
+    nexar_rpc_reply_set_error(reply, describe_exception(e).c_str());
+    return st < 0 ? st : NEXAR_ERR_INTERNAL;
+  } catch (const std::exception &e) {
+    nexar_rpc_reply_set_error(reply, e.what());
+    return NEXAR_ERR_INTERNAL;
+  }
+}
+
 // ---- Communicator -----------------------------------------------------------------
 
 class Request;
@@ -411,23 +504,77 @@ class Communicator {
 
   void close() {
     nexar_comm_t *h;
+    std::map<uint32_t, std::unique_ptr<RpcHandler>> gone;
     {
       // Waits for calls in progress on other threads (they are bounded by
       // nexar's timeouts); pending asynchronous operations complete with
       // NEXAR_ERR_CLOSED inside nexar_comm_destroy.
       std::optional<py::gil_scoped_release> nogil;
       if (PyGILState_Check()) nogil.emplace();
-      std::unique_lock<std::shared_mutex> g(mu_);
-      h = h_;
-      h_ = nullptr;
-      if (h) nexar_comm_destroy(h);
+      {
+        std::unique_lock<std::shared_mutex> g(mu_);
+        h = h_;
+        h_ = nullptr;
+        if (h) nexar_comm_destroy(h);  // no handler runs after this
+      }
+      std::lock_guard<std::mutex> r(rpc_mu_);
+      gone.swap(handlers_);
+    }
+    if (!gone.empty()) {
+      py::gil_scoped_acquire gil;  // the handlers' functions go with the GIL
+      gone.clear();
     }
   }
 
   void abort() {
+    py::gil_scoped_release nogil;  // pending handlers may need the GIL to end
     std::shared_lock<std::shared_mutex> g(mu_);
     if (!h_) return;
     nexar_comm_abort(h_);
+  }
+
+  // Serves fn_id with handler (None: stops serving it). Once this returns,
+  // the handler it replaced is neither running nor going to start (unless
+  // called from inside it).
+  void register_rpc(int64_t fn_id, py::object handler) {
+    const std::string op = "register_rpc";
+    if (fn_id < 0 || fn_id > UINT32_MAX)
+      throw py::value_error("register_rpc: fn_id must be in 0..2**32-1");
+    if (!handler.is_none() && !PyCallable_Check(handler.ptr()))
+      throw py::type_error("register_rpc: handler must be callable or None, not " +
+                           type_name(handler));
+    const auto id = static_cast<uint32_t>(fn_id);
+    // Both released with the GIL, after the swap: the replaced one, and the
+    // new one if registering failed.
+    std::unique_ptr<RpcHandler> fresh, replaced;
+    if (!handler.is_none()) fresh = std::make_unique<RpcHandler>(RpcHandler{handler});
+    nexar_status_t st = NEXAR_OK;
+    std::string msg;
+    bool was_closed = false;
+    {
+      // nexar waits for a running invocation of the replaced handler, which
+      // needs the GIL. rpc_mu_ keeps nexar's registry and handlers_ in step.
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> r(rpc_mu_);
+      std::shared_lock<std::shared_mutex> g(mu_);
+      if (!h_) {
+        was_closed = true;
+      } else {
+        st = nexar_rpc_register(h_, id, fresh ? serve_rpc : nullptr, fresh.get());
+        if (st != NEXAR_OK) {
+          msg = nexar_last_error_message();
+        } else {
+          auto it = handlers_.find(id);
+          if (it != handlers_.end()) {
+            replaced = std::move(it->second);
+            handlers_.erase(it);
+          }
+          if (fresh) handlers_.emplace(id, std::move(fresh));
+        }
+      }
+    }
+    if (was_closed) raise_closed(op);
+    if (st != NEXAR_OK) raise_nexar(st, -1, msg, op, rank_);
   }
 
   // Runs one operation, submit(handle, done, user_data): blocking (GIL
@@ -485,6 +632,8 @@ class Communicator {
  private:
   std::shared_mutex mu_;  // shared: calls; exclusive: close
   nexar_comm_t *h_;
+  std::mutex rpc_mu_;  // taken without the GIL, before mu_ (register_rpc)
+  std::map<uint32_t, std::unique_ptr<RpcHandler>> handlers_;  // what nexar calls
   uint32_t rank_ = 0, size_ = 0;
 };
 
@@ -497,6 +646,14 @@ py::object wrap(nexar_comm_t *h) {
 }
 
 void Pending::materialize() {
+  if (rpc) {
+    rpc = false;
+    nexar_rpc_response_t *r = std::exchange(rpc_response, nullptr);
+    if (status == NEXAR_OK && !result)
+      result = response_bytes(r).release().ptr();
+    else
+      nexar_rpc_response_free(r);
+  }
   if (!split_out) return;
   nexar_comm_t *h = split_out;
   split_out = nullptr;
@@ -518,6 +675,12 @@ class Request {
   // Waits (GIL released, in slices so that Ctrl-C works) and returns the
   // result or raises the operation's error.
   py::object wait(py::object timeout) {
+    if (t_in_rpc_handler && !p_->is_done())
+      raise_nexar(NEXAR_ERR_WOULD_DEADLOCK, -1,
+                  p_->op +
+                      ": waiting inside an RPC handler would wait for the thread that runs "
+                      "it; use add_done_callback, or wait after the handler has returned",
+                  p_->op, p_->comm_rank);
     const bool bounded = !timeout.is_none();
     const double limit = bounded ? timeout.cast<double>() : 0.0;
     const auto deadline = std::chrono::steady_clock::now() +
@@ -903,6 +1066,35 @@ py::object recv(Communicator &c, py::object buf, int64_t source, int64_t tag, bo
       {buf, v.arr}, buf, async_op);
 }
 
+py::object rpc(Communicator &c, int64_t target, int64_t fn_id, py::object request, bool async_op) {
+  const std::string name = "rpc";
+  const uint32_t to = c.check_rank(target, name, "target");
+  if (fn_id < 0 || fn_id > UINT32_MAX) throw py::value_error("rpc: fn_id must be in 0..2**32-1");
+  const auto id = static_cast<uint32_t>(fn_id);
+  View v = view_of(request, false, name, "request");
+  const void *d = v.data;
+  const size_t n = v.nbytes;
+  if (!async_op) {
+    nexar_rpc_response_t *response = nullptr;
+    c.run(
+        name,
+        [&](nexar_comm_t *h, nexar_done_fn, void *) {
+          return nexar_rpc_call(h, to, id, d, n, &response, nullptr, nullptr);
+        },
+        {}, py::none(), false);
+    return response_bytes(response);
+  }
+  auto p = std::make_shared<Pending>();
+  p->op = name;
+  p->comm_rank = c.rank();
+  p->rpc = true;
+  p->keep = {request.inc_ref().ptr(), v.arr.inc_ref().ptr()};
+  Pending *raw = p.get();
+  return c.submit_async(p, [raw, to, id, d, n](nexar_comm_t *h, nexar_done_fn done, void *ud) {
+    return nexar_rpc_call(h, to, id, d, n, &raw->rpc_response, done, ud);
+  });
+}
+
 // ---- Creating communicators -------------------------------------------------------
 
 void apply_options(nexar_comm_options_t *o, const py::kwargs &kw) {
@@ -925,10 +1117,13 @@ void apply_options(nexar_comm_options_t *o, const py::kwargs &kw) {
       ms(&o->heartbeat_interval_ms);
     else if (k == "heartbeat_timeout")
       ms(&o->heartbeat_timeout_ms);
+    else if (k == "rpc_timeout")
+      ms(&o->rpc_timeout_ms);
     else
       throw py::type_error("unknown option " + k +
                            " (known: collective_timeout, barrier_timeout, p2p_timeout, "
-                           "connect_timeout, heartbeat_interval, heartbeat_timeout)");
+                           "connect_timeout, heartbeat_interval, heartbeat_timeout, "
+                           "rpc_timeout)");
   }
 }
 
@@ -1125,6 +1320,17 @@ returns a Request.)doc")
            py::arg("async_op") = false,
            "Receive the next message from source with this tag into buf (its size must "
            "match); returns buf.")
+      .def("register_rpc", &Communicator::register_rpc, py::arg("fn_id"), py::arg("handler"),
+           "Serve fn_id with handler(src_rank, request: bytes) -> bytes-like or None (an "
+           "empty response); None stops serving it. The handler runs on nexar's completion "
+           "thread with the GIL, one at a time per communicator: it may start operations "
+           "with async_op=True but not block on one. An exception fails the caller's call "
+           "with RpcFailedError naming it.")
+      .def("rpc", &rpc, py::arg("target"), py::arg("fn_id"), py::arg("request") = py::bytes(),
+           py::kw_only(), py::arg("async_op") = false,
+           "Call fn_id on rank target (this rank too) with request's bytes; returns the "
+           "response as bytes. RpcNotRegisteredError when target does not serve fn_id, "
+           "RpcFailedError when its handler failed, TimeoutError after rpc_timeout.")
       .def(
           "split",
           [](py::object self, int64_t color, int64_t key, bool async_op) {

@@ -25,6 +25,13 @@ def test_every_method_across_processes():
     assert "cluster formed: 4 ranks" in r.stderr
 
 
+def test_rpc_across_processes():
+    r = launch(4, os.path.join(HERE, "mp", "rpc_server.py"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(4):
+        assert f"[r{rank}] rank {rank}: rpc ok" in r.stdout, r.stdout
+
+
 def test_unhandled_exception_stops_the_job():
     r = launch(3, os.path.join(HERE, "mp", "fail.py"))
     assert r.returncode == 1, r.stdout + r.stderr

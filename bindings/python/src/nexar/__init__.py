@@ -29,8 +29,9 @@ from . import _nexar, _support
 from ._nexar import Communicator, Request, Seed
 from ._support import (AbortedError, AuthError, ClosedError, InternalError, InvalidArgumentError,
                        InvalidRankError, MismatchError, NexarError, NexarIOError, NotFoundError,
-                       OutOfMemoryError, PeerFailedError, ProtocolError, SizeMismatchError,
-                       TimeoutError, TLSError, UnsupportedError, WouldDeadlockError)
+                       OutOfMemoryError, PeerFailedError, ProtocolError, RpcFailedError,
+                       RpcNotRegisteredError, SizeMismatchError, TimeoutError, TLSError,
+                       UnsupportedError, WouldDeadlockError)
 
 __all__ = [
     "init", "bootstrap_local", "version", "Communicator", "Request", "Op",
@@ -39,6 +40,7 @@ __all__ = [
     "TimeoutError", "PeerFailedError", "AbortedError", "ClosedError", "MismatchError",
     "TLSError", "AuthError", "ProtocolError", "OutOfMemoryError", "NexarIOError",
     "UnsupportedError", "NotFoundError", "WouldDeadlockError", "InternalError",
+    "RpcNotRegisteredError", "RpcFailedError",
 ]
 __version__ = "0.1.0"
 
@@ -70,7 +72,7 @@ def bootstrap_local(world_size: int, **options: float) -> List[Communicator]:
     ``comms[i].rank == i``. Each rank has its own engine, so blocking calls
     need one thread per rank (they release the GIL), or use ``async_op=True``.
     Options, in seconds: collective_timeout, barrier_timeout, p2p_timeout,
-    connect_timeout, heartbeat_interval, heartbeat_timeout (defaults from
+    connect_timeout, heartbeat_interval, heartbeat_timeout, rpc_timeout (defaults from
     the NEXAR_* environment, see docs/configuration.md).
     """
     return _nexar.bootstrap_local(world_size, **options)

@@ -24,6 +24,8 @@ ERR_UNSUPPORTED = -14
 ERR_NOT_FOUND = -15
 ERR_WOULD_DEADLOCK = -16
 ERR_INTERNAL = -17
+ERR_RPC_NOT_REGISTERED = -18
+ERR_RPC_FAILED = -19
 
 _NAMES = {
     ERR_INVALID_ARGUMENT: "NEXAR_ERR_INVALID_ARGUMENT",
@@ -43,6 +45,8 @@ _NAMES = {
     ERR_NOT_FOUND: "NEXAR_ERR_NOT_FOUND",
     ERR_WOULD_DEADLOCK: "NEXAR_ERR_WOULD_DEADLOCK",
     ERR_INTERNAL: "NEXAR_ERR_INTERNAL",
+    ERR_RPC_NOT_REGISTERED: "NEXAR_ERR_RPC_NOT_REGISTERED",
+    ERR_RPC_FAILED: "NEXAR_ERR_RPC_FAILED",
 }
 
 
@@ -153,6 +157,16 @@ class WouldDeadlockError(NexarError):
 
 class InternalError(NexarError):
     status = ERR_INTERNAL
+
+
+class RpcNotRegisteredError(NexarError):
+    """The target rank serves no handler for that fn_id."""
+    status = ERR_RPC_NOT_REGISTERED
+
+
+class RpcFailedError(NexarError):
+    """The target's handler failed; the message names its exception or status."""
+    status = ERR_RPC_FAILED
 
 
 # One subclass per status, each declared above.
