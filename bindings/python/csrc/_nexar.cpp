@@ -1100,6 +1100,18 @@ py::object rpc(Communicator &c, int64_t target, int64_t fn_id, py::object reques
 void apply_options(nexar_comm_options_t *o, const py::kwargs &kw) {
   for (auto item : kw) {
     const std::string k = py::str(item.first).cast<std::string>();
+    if (k == "topology") {
+      const std::string v =
+          py::isinstance<py::str>(item.second) ? item.second.cast<std::string>() : "";
+      if (v == "full")
+        o->topology = NEXAR_TOPOLOGY_FULL;
+      else if (v == "ring")
+        o->topology = NEXAR_TOPOLOGY_RING;
+      else
+        throw py::value_error("topology must be \"full\" or \"ring\", not " +
+                              py::repr(item.second).cast<std::string>());
+      continue;
+    }
     auto ms = [&](uint64_t *field) {
       const double secs = item.second.cast<double>();
       if (!(secs > 0)) throw py::value_error(k + " must be a positive number of seconds");
@@ -1123,7 +1135,7 @@ void apply_options(nexar_comm_options_t *o, const py::kwargs &kw) {
       throw py::type_error("unknown option " + k +
                            " (known: collective_timeout, barrier_timeout, p2p_timeout, "
                            "connect_timeout, heartbeat_interval, heartbeat_timeout, "
-                           "rpc_timeout)");
+                           "rpc_timeout, topology)");
   }
 }
 

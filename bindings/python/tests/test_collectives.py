@@ -66,3 +66,15 @@ def test_context_manager_closes(world):
         c.barrier()
     assert ei.value.status == nexar._support.ERR_CLOSED
     assert "barrier" in str(ei.value)
+
+
+def test_ring_topology(world):
+    comms = world(5, topology="ring")
+    # Two neighbours each; everything else is relayed, and still exact.
+    assert [c.stats()["connections"] for c in comms] == [2] * 5
+    on_ranks(comms, lambda c: exercise(c, np.float32))
+    comms[2].register_rpc(1, lambda src, req: bytes([src]) + req)
+    assert comms[0].rpc(2, 1, b"relayed") == b"\x00relayed"  # 0 and 2 are not neighbours
+    assert [c.stats()["connections"] for c in world(4, topology="full")] == [3] * 4
+    with pytest.raises(ValueError, match="topology"):
+        world(2, topology="star")

@@ -66,14 +66,16 @@ def version() -> str:
 _from_env: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
 
 
-def bootstrap_local(world_size: int, **options: float) -> List[Communicator]:
+def bootstrap_local(world_size: int, **options: Any) -> List[Communicator]:
     """``world_size`` communicators in this process, joined by real QUIC over loopback.
 
     ``comms[i].rank == i``. Each rank has its own engine, so blocking calls
     need one thread per rank (they release the GIL), or use ``async_op=True``.
     Options, in seconds: collective_timeout, barrier_timeout, p2p_timeout,
-    connect_timeout, heartbeat_interval, heartbeat_timeout, rpc_timeout (defaults from
-    the NEXAR_* environment, see docs/configuration.md).
+    connect_timeout, heartbeat_interval, heartbeat_timeout, rpc_timeout; and
+    ``topology="full"`` (every pair connected) or ``"ring"`` (each rank
+    connected to its two neighbours, the rest relayed). Defaults come from
+    the NEXAR_* environment, see docs/configuration.md.
     """
     return _nexar.bootstrap_local(world_size, **options)
 
