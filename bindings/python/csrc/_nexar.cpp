@@ -615,6 +615,14 @@ class Communicator {
     d["pending_tags"] = s.pending_tags;
     d["unexpected_bytes"] = s.unexpected_bytes;
     d["connections"] = s.connections;
+    d["rpc_requests_served"] = s.rpc_requests_served;
+    d["rpc_responses_dropped"] = s.rpc_responses_dropped;
+    d["relay_bytes_sent"] = s.relay_bytes_sent;
+    d["relay_bytes_forwarded"] = s.relay_bytes_forwarded;
+    d["relay_frames_dropped"] = s.relay_frames_dropped;
+    d["relay_bytes_held"] = s.relay_bytes_held;
+    d["packets_fast_aead"] = s.packets_fast_aead;
+    d["bytes_opened_in_place"] = s.bytes_opened_in_place;
     return d;
   }
 

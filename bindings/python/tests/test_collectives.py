@@ -74,7 +74,11 @@ def test_ring_topology(world):
     assert [c.stats()["connections"] for c in comms] == [2] * 5
     on_ranks(comms, lambda c: exercise(c, np.float32))
     comms[2].register_rpc(1, lambda src, req: bytes([src]) + req)
+    forwarded = comms[1].stats()["relay_bytes_forwarded"] + comms[4].stats()["relay_bytes_forwarded"]
     assert comms[0].rpc(2, 1, b"relayed") == b"\x00relayed"  # 0 and 2 are not neighbours
+    assert comms[0].stats()["relay_bytes_sent"] > 0
+    assert (comms[1].stats()["relay_bytes_forwarded"] + comms[4].stats()["relay_bytes_forwarded"]
+            > forwarded), "no rank between 0 and 2 forwarded the call"
     assert [c.stats()["connections"] for c in world(4, topology="full")] == [3] * 4
     with pytest.raises(ValueError, match="topology"):
         world(2, topology="star")

@@ -18,7 +18,9 @@ def test_call_another_rank_and_this_one(world):
     comms = world(2)
     comms[1].register_rpc(7, reverse_and_tag)
     comms[0].register_rpc(7, lambda src, req: b"rank 0 got " + req)
+    served = comms[1].stats()["rpc_requests_served"]
     assert comms[0].rpc(1, 7, b"abc") == b"cba\x00"
+    assert comms[1].stats()["rpc_requests_served"] == served + 1
     assert comms[1].rpc(1, 7, b"xyz") == b"zyx\x01"  # served locally
     assert comms[1].rpc(0, 7, bytearray(b"hi")) == b"rank 0 got hi"
     big = np.arange(1 << 18, dtype=np.float32)  # 1 MiB each way
