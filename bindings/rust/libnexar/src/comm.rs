@@ -7,10 +7,11 @@ use crate::rpc::{self, HandlerBox, Handlers, RpcPayload, RpcResult};
 use crate::types::{Element, Op};
 use libnexar_sys as sys;
 use std::fmt;
-use std::mem::size_of;
+use std::mem::{size_of, ManuallyDrop};
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
 use std::sync::{Mutex, TryLockError};
+use std::time::Duration;
 
 /// One rank's view of a group of processes (`nexar_comm_t`).
 ///
@@ -308,6 +309,34 @@ impl Communicator {
             // SAFETY: a fresh handle, owned by nobody else.
             Some(h) => Ok(unsafe { Communicator::from_raw(h) }),
             None => Err(self.error(Status::Internal, "split", "no handle returned".into())),
+        }
+    }
+
+    /// Polled mode ([`CompletionMode::Polled`](crate::CompletionMode::Polled)):
+    /// runs up to `max` queued callbacks of this communicator (completions,
+    /// which wake futures, and RPC handlers) on this thread, waiting up to
+    /// `timeout` for the first. Returns how many ran. In thread mode (the
+    /// default) callbacks run on nexar's own thread and this is not needed.
+    pub fn poll(&self, max: u32, timeout: Duration) -> Result<u32> {
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: a live handle.
+        let n = unsafe { sys::nexar_comm_poll(self.as_raw(), max, ms) };
+        if n < 0 {
+            return Err(Error::last(n, "poll", Some(self.rank)));
+        }
+        Ok(n as u32)
+    }
+
+    /// Polled mode: a file descriptor that is readable while callbacks wait
+    /// for [`poll`](Communicator::poll) (owned by the communicator); `None`
+    /// in thread mode.
+    pub fn event_fd(&self) -> Option<std::os::raw::c_int> {
+        // SAFETY: a live handle.
+        let fd = unsafe { sys::nexar_comm_event_fd(self.as_raw()) };
+        if fd < 0 {
+            None
+        } else {
+            Some(fd)
         }
     }
 
@@ -855,16 +884,19 @@ impl Drop for Communicator {
             // On nexar's completion thread (say, the last Arc of this
             // communicator dropped by an RPC handler): destroy waits for
             // callbacks to end, so it runs on a thread of its own.
+            // ManuallyDrop: if no thread can be made, the closure is dropped
+            // unrun and the handlers, still registered, must not go with it
+            // (the handle and they leak: better than a hang or a dangling call).
+            let handlers = ManuallyDrop::new(handlers);
             let spawned = std::thread::Builder::new()
                 .name("nexar-destroy".into())
                 .spawn(move || {
                     let raw = raw;
                     // SAFETY: the handle is exclusively ours (Drop), destroyed once.
                     unsafe { sys::nexar_comm_destroy(raw.0.as_ptr()) };
-                    drop(handlers);
+                    drop(ManuallyDrop::into_inner(handlers));
                 });
-            // If no thread can be made, the handle leaks: better than a hang.
-            let _ = spawned;
+            drop(spawned);
         } else {
             // SAFETY: the handle is exclusively ours (Drop: no other call can
             // race it), destroyed once. Pending operations complete before it

@@ -59,7 +59,7 @@ pub use comm::{Communicator, Stats};
 pub use error::{last_error_message, Error, Result, Status};
 pub use libnexar_sys as sys;
 pub use log::{clear_log_handler, set_log_handler, LogLevel};
-pub use options::{Options, PoolProfile, Topology};
+pub use options::{CompletionMode, Options, PoolProfile, Topology};
 pub use pending::{block_on, in_callback, Pending};
 pub use rpc::RpcResult;
 pub use seed::{Seed, SeedOptions};

@@ -17,6 +17,17 @@ pub enum Topology {
     Ring,
 }
 
+/// Where completion callbacks (which wake futures) and RPC handlers run
+/// (`NEXAR_COMPLETION_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionMode {
+    /// On nexar's completion thread (the default): futures complete by themselves.
+    Thread,
+    /// Queued until [`Communicator::poll`](crate::Communicator::poll) runs them
+    /// on the polling thread: futures complete (and handlers run) only then.
+    Polled,
+}
+
 /// The buffer pool profile (`NEXAR_POOL_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolProfile {
@@ -165,6 +176,16 @@ impl Options {
         self
     }
 
+    /// Where callbacks run (default [`CompletionMode::Thread`], or
+    /// `NEXAR_COMPLETION_MODE`).
+    pub fn completion_mode(mut self, mode: CompletionMode) -> Self {
+        self.raw.completion_mode = match mode {
+            CompletionMode::Thread => sys::NEXAR_COMPLETION_THREAD,
+            CompletionMode::Polled => sys::NEXAR_COMPLETION_POLLED,
+        };
+        self
+    }
+
     /// The buffer pool profile (default [`PoolProfile::Training`]).
     pub fn pool_profile(mut self, p: PoolProfile) -> Self {
         self.raw.pool_profile = match p {
@@ -262,6 +283,7 @@ impl fmt::Debug for Options {
             .field("heartbeat_interval_ms", &r.heartbeat_interval_ms)
             .field("heartbeat_timeout_ms", &r.heartbeat_timeout_ms)
             .field("rpc_timeout_ms", &r.rpc_timeout_ms)
+            .field("completion_mode", &r.completion_mode)
             .field("topology", &r.topology)
             .field("pool_profile", &r.pool_profile)
             .field("large_msg_bytes", &r.large_msg_bytes)

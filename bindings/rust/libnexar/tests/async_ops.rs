@@ -279,3 +279,36 @@ fn local_refusals_are_ready_at_once() {
     assert_eq!(e.status, Status::InvalidRank);
     assert!(e.message.contains("root 9"), "{}", e);
 }
+
+#[test]
+fn polled_mode_completes_inside_poll() {
+    let opts = common::options().completion_mode(libnexar::CompletionMode::Polled);
+    let w = common::world_with(2, &opts);
+    assert!(w[0].event_fd().is_some(), "polled mode has an event fd");
+    let mut a = w[0].all_reduce_async(vec![1u32, 2], Op::Sum);
+    let mut b = w[1].all_reduce_async(vec![3u32, 4], Op::Sum);
+    let deadline = Instant::now() + common::BOUND;
+    let mut ran = 0;
+    while !(a.is_complete() && b.is_complete()) {
+        assert!(Instant::now() < deadline, "never completed");
+        for c in &w {
+            ran += c.poll(16, Duration::from_millis(10)).unwrap();
+        }
+    }
+    assert!(ran >= 2, "the completions ran inside poll");
+    let noop = Waker::from(Arc::new(Counter0));
+    let mut cx = Context::from_waker(&noop);
+    for p in [&mut a, &mut b] {
+        match Pin::new(p).poll(&mut cx) {
+            Poll::Ready(v) => assert_eq!(v.unwrap(), vec![4, 6]),
+            Poll::Pending => panic!("complete but pending"),
+        }
+    }
+    let thread_mode = common::world(2);
+    assert!(thread_mode[0].event_fd().is_none());
+}
+
+struct Counter0;
+impl Wake for Counter0 {
+    fn wake(self: Arc<Self>) {}
+}
