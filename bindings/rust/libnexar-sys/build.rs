@@ -61,7 +61,10 @@ fn main() {
     let layout = match probe_layout(&found, &out_dir) {
         Ok(text) => format!("pub const PROBE: Result<(), &str> = Ok(());\n{}", text),
         Err(why) => {
-            println!("cargo:warning=libnexar-sys: layout probe not built: {}", why);
+            println!(
+                "cargo:warning=libnexar-sys: layout probe not built: {}",
+                why
+            );
             format!(
                 "pub const PROBE: Result<(), &str> = Err({:?});\n\
                  pub const C_TYPES: &[(&str, usize, usize)] = &[];\n\

@@ -195,7 +195,10 @@ fn compare<V: PartialEq + std::fmt::Debug + Clone>(
     let mut problems = Vec::new();
     for (name, cv) in &c {
         match rust.get(name) {
-            None => problems.push(format!("{} {}: in nexar.h, not declared in Rust", what, name)),
+            None => problems.push(format!(
+                "{} {}: in nexar.h, not declared in Rust",
+                what, name
+            )),
             Some(rv) if rv != cv => problems.push(format!(
                 "{} {}: C says {:?}, Rust says {:?}",
                 what, name, cv, rv
@@ -205,7 +208,10 @@ fn compare<V: PartialEq + std::fmt::Debug + Clone>(
     }
     for name in rust.keys() {
         if !c.contains_key(name) {
-            problems.push(format!("{} {}: declared in Rust, not probed in C", what, name));
+            problems.push(format!(
+                "{} {}: declared in Rust, not probed in C",
+                what, name
+            ));
         }
     }
     problems
@@ -268,7 +274,8 @@ fn library_agrees_at_run_time() {
     assert_eq!(text, NEXAR_VERSION_STRING);
     let mut opts = MaybeUninit::<nexar_comm_options_t>::zeroed();
     // SAFETY: opts points to writable memory of the size passed.
-    let st = unsafe { nexar_comm_options_init(opts.as_mut_ptr(), size_of::<nexar_comm_options_t>()) };
+    let st =
+        unsafe { nexar_comm_options_init(opts.as_mut_ptr(), size_of::<nexar_comm_options_t>()) };
     assert_eq!(st, NEXAR_OK);
     // SAFETY: initialised by the successful call above.
     let opts = unsafe { opts.assume_init() };

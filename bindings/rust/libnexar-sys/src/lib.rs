@@ -315,8 +315,10 @@ extern "C" {
 
     pub fn nexar_set_log_callback(fn_: nexar_log_fn, user_data: *mut c_void) -> nexar_status_t;
 
-    pub fn nexar_comm_get_stats(comm: *mut nexar_comm_t, stats: *mut nexar_stats_t)
-        -> nexar_status_t;
+    pub fn nexar_comm_get_stats(
+        comm: *mut nexar_comm_t,
+        stats: *mut nexar_stats_t,
+    ) -> nexar_status_t;
 
     pub fn nexar_comm_poll(comm: *mut nexar_comm_t, max: u32, timeout_ms: i32) -> i32;
     pub fn nexar_comm_event_fd(comm: *const nexar_comm_t) -> c_int;

@@ -24,7 +24,7 @@ fn main() -> libnexar::Result<()> {
     // Asynchronous: the futures own their buffers; nothing blocks until block_on.
     let pending: Vec<_> = world
         .iter()
-        .map(|c| c.all_gather_async(vec![c.rank() as u32 * 10]))
+        .map(|c| c.all_gather_async(vec![c.rank() * 10]))
         .collect();
     for (rank, p) in pending.into_iter().enumerate() {
         println!("rank {}: all_gather -> {:?}", rank, block_on(p)?);
@@ -32,7 +32,12 @@ fn main() -> libnexar::Result<()> {
 
     // RPC: rank 3 serves fn 1; rank 0 calls it.
     world[3].rpc_register(1, |src, req| {
-        Ok(format!("rank 3 got {:?} from rank {}", String::from_utf8_lossy(req), src).into_bytes())
+        Ok(format!(
+            "rank 3 got {:?} from rank {}",
+            String::from_utf8_lossy(req),
+            src
+        )
+        .into_bytes())
     })?;
     let answer = world[0].rpc_call(3, 1, b"hello")?;
     println!("{}", String::from_utf8_lossy(&answer));

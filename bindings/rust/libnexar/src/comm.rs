@@ -167,7 +167,11 @@ impl Communicator {
     pub fn bootstrap_local_with(world_size: u32, options: &Options) -> Result<Vec<Communicator>> {
         const OP: &str = "bootstrap_local";
         if world_size == 0 {
-            return Err(Error::invalid(OP, None, "world_size must be at least 1".into()));
+            return Err(Error::invalid(
+                OP,
+                None,
+                "world_size must be at least 1".into(),
+            ));
         }
         let mut handles: Vec<*mut sys::nexar_comm_t> = vec![ptr::null_mut(); world_size as usize];
         options.with_raw(OP, |raw| {
@@ -367,8 +371,12 @@ impl Communicator {
     }
 
     fn times_size(&self, op: &'static str, n: usize) -> Result<usize> {
-        n.checked_mul(self.size as usize)
-            .ok_or_else(|| self.invalid(op, format!("{} elements times {} ranks overflow", n, self.size)))
+        n.checked_mul(self.size as usize).ok_or_else(|| {
+            self.invalid(
+                op,
+                format!("{} elements times {} ranks overflow", n, self.size),
+            )
+        })
     }
 
     fn byte_len<T>(&self, op: &'static str, n: usize) -> Result<usize> {
@@ -385,7 +393,16 @@ impl Communicator {
         // SAFETY: p[0..len) is valid and exclusively borrowed for the blocking
         // call; sendbuf == recvbuf means in place.
         let st = unsafe {
-            sys::nexar_allreduce(self.as_raw(), p, p, buf.len(), T::DTYPE.code(), op.code(), None, ptr::null_mut())
+            sys::nexar_allreduce(
+                self.as_raw(),
+                p,
+                p,
+                buf.len(),
+                T::DTYPE.code(),
+                op.code(),
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check("all_reduce", st)
     }
@@ -394,7 +411,15 @@ impl Communicator {
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: u32) -> Result<()> {
         // SAFETY: buf is valid and exclusively borrowed for the blocking call.
         let st = unsafe {
-            sys::nexar_broadcast(self.as_raw(), void_mut(buf.as_mut_ptr()), buf.len(), T::DTYPE.code(), root, None, ptr::null_mut())
+            sys::nexar_broadcast(
+                self.as_raw(),
+                void_mut(buf.as_mut_ptr()),
+                buf.len(),
+                T::DTYPE.code(),
+                root,
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check("broadcast", st)
     }
@@ -405,7 +430,17 @@ impl Communicator {
         let p = void_mut(buf.as_mut_ptr());
         // SAFETY: as all_reduce; in place.
         let st = unsafe {
-            sys::nexar_reduce(self.as_raw(), p, p, buf.len(), T::DTYPE.code(), op.code(), root, None, ptr::null_mut())
+            sys::nexar_reduce(
+                self.as_raw(),
+                p,
+                p,
+                buf.len(),
+                T::DTYPE.code(),
+                op.code(),
+                root,
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check("reduce", st)
     }
@@ -416,13 +451,28 @@ impl Communicator {
         const OP: &str = "all_gather";
         let want = self.times_size(OP, send.len())?;
         if recv.len() != want {
-            return Err(self.invalid(OP, format!(
-                "recv holds {} elements; {} ranks times {} are needed", recv.len(), self.size, send.len())));
+            return Err(self.invalid(
+                OP,
+                format!(
+                    "recv holds {} elements; {} ranks times {} are needed",
+                    recv.len(),
+                    self.size,
+                    send.len()
+                ),
+            ));
         }
         // SAFETY: send is readable and recv writable for their checked lengths
         // during the blocking call; they cannot overlap (& and &mut).
         let st = unsafe {
-            sys::nexar_allgather(self.as_raw(), void(send.as_ptr()), void_mut(recv.as_mut_ptr()), send.len(), T::DTYPE.code(), None, ptr::null_mut())
+            sys::nexar_allgather(
+                self.as_raw(),
+                void(send.as_ptr()),
+                void_mut(recv.as_mut_ptr()),
+                send.len(),
+                T::DTYPE.code(),
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check(OP, st)
     }
@@ -433,12 +483,28 @@ impl Communicator {
         const OP: &str = "reduce_scatter";
         let want = self.times_size(OP, recv.len())?;
         if send.len() != want {
-            return Err(self.invalid(OP, format!(
-                "send holds {} elements; {} ranks times recv's {} are needed", send.len(), self.size, recv.len())));
+            return Err(self.invalid(
+                OP,
+                format!(
+                    "send holds {} elements; {} ranks times recv's {} are needed",
+                    send.len(),
+                    self.size,
+                    recv.len()
+                ),
+            ));
         }
         // SAFETY: lengths checked; blocking call; no overlap.
         let st = unsafe {
-            sys::nexar_reduce_scatter(self.as_raw(), void(send.as_ptr()), void_mut(recv.as_mut_ptr()), recv.len(), T::DTYPE.code(), op.code(), None, ptr::null_mut())
+            sys::nexar_reduce_scatter(
+                self.as_raw(),
+                void(send.as_ptr()),
+                void_mut(recv.as_mut_ptr()),
+                recv.len(),
+                T::DTYPE.code(),
+                op.code(),
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check(OP, st)
     }
@@ -455,7 +521,15 @@ impl Communicator {
         let block = send.len() / self.size as usize;
         // SAFETY: lengths checked; blocking call; no overlap.
         let st = unsafe {
-            sys::nexar_alltoall(self.as_raw(), void(send.as_ptr()), void_mut(recv.as_mut_ptr()), block, T::DTYPE.code(), None, ptr::null_mut())
+            sys::nexar_alltoall(
+                self.as_raw(),
+                void(send.as_ptr()),
+                void_mut(recv.as_mut_ptr()),
+                block,
+                T::DTYPE.code(),
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check(OP, st)
     }
@@ -468,8 +542,15 @@ impl Communicator {
         let recv_ptr = if self.rank == root {
             let want = self.times_size(OP, send.len())?;
             if recv.len() != want {
-                return Err(self.invalid(OP, format!(
-                    "the root's recv holds {} elements; {} ranks times {} are needed", recv.len(), self.size, send.len())));
+                return Err(self.invalid(
+                    OP,
+                    format!(
+                        "the root's recv holds {} elements; {} ranks times {} are needed",
+                        recv.len(),
+                        self.size,
+                        send.len()
+                    ),
+                ));
             }
             void_mut(recv.as_mut_ptr())
         } else {
@@ -478,7 +559,16 @@ impl Communicator {
         // SAFETY: send readable; recv (root only) writable for its checked
         // length; blocking call; no overlap.
         let st = unsafe {
-            sys::nexar_gather(self.as_raw(), void(send.as_ptr()), recv_ptr, send.len(), T::DTYPE.code(), root, None, ptr::null_mut())
+            sys::nexar_gather(
+                self.as_raw(),
+                void(send.as_ptr()),
+                recv_ptr,
+                send.len(),
+                T::DTYPE.code(),
+                root,
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check(OP, st)
     }
@@ -490,8 +580,15 @@ impl Communicator {
         let send_ptr = if self.rank == root {
             let want = self.times_size(OP, recv.len())?;
             if send.len() != want {
-                return Err(self.invalid(OP, format!(
-                    "the root's send holds {} elements; {} ranks times recv's {} are needed", send.len(), self.size, recv.len())));
+                return Err(self.invalid(
+                    OP,
+                    format!(
+                        "the root's send holds {} elements; {} ranks times recv's {} are needed",
+                        send.len(),
+                        self.size,
+                        recv.len()
+                    ),
+                ));
             }
             void(send.as_ptr())
         } else {
@@ -500,7 +597,16 @@ impl Communicator {
         // SAFETY: send (root only) readable for its checked length; recv
         // writable; blocking call; no overlap.
         let st = unsafe {
-            sys::nexar_scatter(self.as_raw(), send_ptr, void_mut(recv.as_mut_ptr()), recv.len(), T::DTYPE.code(), root, None, ptr::null_mut())
+            sys::nexar_scatter(
+                self.as_raw(),
+                send_ptr,
+                void_mut(recv.as_mut_ptr()),
+                recv.len(),
+                T::DTYPE.code(),
+                root,
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check(OP, st)
     }
@@ -511,7 +617,16 @@ impl Communicator {
         let p = void_mut(buf.as_mut_ptr());
         // SAFETY: as all_reduce; in place.
         let st = unsafe {
-            sys::nexar_scan(self.as_raw(), p, p, buf.len(), T::DTYPE.code(), op.code(), None, ptr::null_mut())
+            sys::nexar_scan(
+                self.as_raw(),
+                p,
+                p,
+                buf.len(),
+                T::DTYPE.code(),
+                op.code(),
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check("scan", st)
     }
@@ -522,7 +637,16 @@ impl Communicator {
         let p = void_mut(buf.as_mut_ptr());
         // SAFETY: as all_reduce; in place.
         let st = unsafe {
-            sys::nexar_exscan(self.as_raw(), p, p, buf.len(), T::DTYPE.code(), op.code(), None, ptr::null_mut())
+            sys::nexar_exscan(
+                self.as_raw(),
+                p,
+                p,
+                buf.len(),
+                T::DTYPE.code(),
+                op.code(),
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check("exscan", st)
     }
@@ -543,7 +667,15 @@ impl Communicator {
         let bytes = self.byte_len::<T>("send", buf.len())?;
         // SAFETY: buf readable for `bytes` bytes during the blocking call.
         let st = unsafe {
-            sys::nexar_send(self.as_raw(), void(buf.as_ptr()), bytes, dest, tag, None, ptr::null_mut())
+            sys::nexar_send(
+                self.as_raw(),
+                void(buf.as_ptr()),
+                bytes,
+                dest,
+                tag,
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check("send", st)
     }
@@ -556,7 +688,15 @@ impl Communicator {
         // SAFETY: buf writable for `bytes` bytes during the blocking call;
         // every bit pattern is a valid T (Element is sealed over plain numbers).
         let st = unsafe {
-            sys::nexar_recv(self.as_raw(), void_mut(buf.as_mut_ptr()), bytes, src, tag, None, ptr::null_mut())
+            sys::nexar_recv(
+                self.as_raw(),
+                void_mut(buf.as_mut_ptr()),
+                bytes,
+                src,
+                tag,
+                None,
+                ptr::null_mut(),
+            )
         };
         self.check("recv", st)
     }
@@ -572,7 +712,16 @@ impl Communicator {
         // SAFETY: request readable for its length and `response` writable
         // during the blocking call.
         let st = unsafe {
-            sys::nexar_rpc_call(self.as_raw(), target, fn_id, void(request.as_ptr()), request.len(), &mut response, None, ptr::null_mut())
+            sys::nexar_rpc_call(
+                self.as_raw(),
+                target,
+                fn_id,
+                void(request.as_ptr()),
+                request.len(),
+                &mut response,
+                None,
+                ptr::null_mut(),
+            )
         };
         if st != sys::NEXAR_OK {
             let err = self.check("rpc_call", st);
@@ -601,7 +750,13 @@ impl Communicator {
     where
         F: Fn(u32, &[u8]) -> RpcResult + Send + Sync + 'static,
     {
-        self.set_handler("rpc_register", fn_id, Some(Box::new(HandlerBox { f: Box::new(handler) })))
+        self.set_handler(
+            "rpc_register",
+            fn_id,
+            Some(Box::new(HandlerBox {
+                f: Box::new(handler),
+            })),
+        )
     }
 
     /// Stops serving `fn_id`: later calls fail with
@@ -610,7 +765,12 @@ impl Communicator {
         self.set_handler("rpc_unregister", fn_id, None)
     }
 
-    fn set_handler(&self, op: &'static str, fn_id: u32, fresh: Option<Box<HandlerBox>>) -> Result<()> {
+    fn set_handler(
+        &self,
+        op: &'static str,
+        fn_id: u32,
+        fresh: Option<Box<HandlerBox>>,
+    ) -> Result<()> {
         let inside = in_callback();
         // nexar_rpc_register (outside callbacks) waits for a running call of
         // the handler it replaces; that handler may itself be registering
@@ -620,16 +780,23 @@ impl Communicator {
                 Ok(g) => g,
                 Err(TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(TryLockError::WouldBlock) => {
-                    return Err(self.error(Status::WouldDeadlock, op, format!(
+                    return Err(self.error(
+                        Status::WouldDeadlock,
+                        op,
+                        format!(
                         "{}: another thread is (un)registering an RPC handler on this communicator \
-                         and may be waiting for this callback to end", op)))
+                         and may be waiting for this callback to end", op),
+                    ))
                 }
             }
         } else {
             lock(&self.rpc)
         };
         let (handler, user_data): (sys::nexar_rpc_handler_fn, *mut c_void) = match &fresh {
-            Some(b) => (Some(rpc::rpc_trampoline), &**b as *const HandlerBox as *mut c_void),
+            Some(b) => (
+                Some(rpc::rpc_trampoline),
+                &**b as *const HandlerBox as *mut c_void,
+            ),
             None => (None, ptr::null_mut()),
         };
         // SAFETY: a live handle; user_data is the HandlerBox that `table`
@@ -660,52 +827,79 @@ impl Communicator {
     /// buffer and gives it back, reduced.
     pub fn all_reduce_async<T: Element>(&self, buf: Vec<T>, op: Op) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit("all_reduce", self.rank, InPlace(buf), |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
+        pending::submit(
+            "all_reduce",
+            self.rank,
+            InPlace(buf),
+            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
             |(d, n), done, ud| {
                 // SAFETY: d[0..n) is owned by the shared record, which lives
                 // until done has run.
                 unsafe { sys::nexar_allreduce(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
-            })
+            },
+        )
     }
 
     /// [`broadcast`](Communicator::broadcast) without blocking.
     pub fn broadcast_async<T: Element>(&self, buf: Vec<T>, root: u32) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit("broadcast", self.rank, InPlace(buf), |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
+        pending::submit(
+            "broadcast",
+            self.rank,
+            InPlace(buf),
+            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
             |(d, n), done, ud| {
                 // SAFETY: the buffer lives in the shared record until done ran.
                 unsafe { sys::nexar_broadcast(comm, d, n, T::DTYPE.code(), root, done, ud) }
-            })
+            },
+        )
     }
 
     /// [`reduce`](Communicator::reduce) without blocking.
     pub fn reduce_async<T: Element>(&self, buf: Vec<T>, op: Op, root: u32) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit("reduce", self.rank, InPlace(buf), |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
+        pending::submit(
+            "reduce",
+            self.rank,
+            InPlace(buf),
+            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
             |(d, n), done, ud| {
                 // SAFETY: the buffer lives in the shared record until done ran.
-                unsafe { sys::nexar_reduce(comm, d, d, n, T::DTYPE.code(), op.code(), root, done, ud) }
-            })
+                unsafe {
+                    sys::nexar_reduce(comm, d, d, n, T::DTYPE.code(), op.code(), root, done, ud)
+                }
+            },
+        )
     }
 
     /// [`scan`](Communicator::scan) without blocking.
     pub fn scan_async<T: Element>(&self, buf: Vec<T>, op: Op) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit("scan", self.rank, InPlace(buf), |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
+        pending::submit(
+            "scan",
+            self.rank,
+            InPlace(buf),
+            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
             |(d, n), done, ud| {
                 // SAFETY: the buffer lives in the shared record until done ran.
                 unsafe { sys::nexar_scan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
-            })
+            },
+        )
     }
 
     /// [`exscan`](Communicator::exscan) without blocking.
     pub fn exscan_async<T: Element>(&self, buf: Vec<T>, op: Op) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit("exscan", self.rank, InPlace(buf), |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
+        pending::submit(
+            "exscan",
+            self.rank,
+            InPlace(buf),
+            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
             |(d, n), done, ud| {
                 // SAFETY: the buffer lives in the shared record until done ran.
                 unsafe { sys::nexar_exscan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
-            })
+            },
+        )
     }
 
     /// [`all_gather`](Communicator::all_gather) without blocking: yields a new
@@ -717,14 +911,27 @@ impl Communicator {
             Err(e) => return Pending::failed(e),
         };
         let comm = self.as_raw();
-        let payload = InOut { input: send, output: vec![T::ZERO; total] };
-        pending::submit(OP, self.rank, payload,
-            |p| (void(p.input.as_ptr()), void_mut(p.output.as_mut_ptr()), p.input.len()),
+        let payload = InOut {
+            input: send,
+            output: vec![T::ZERO; total],
+        };
+        pending::submit(
+            OP,
+            self.rank,
+            payload,
+            |p| {
+                (
+                    void(p.input.as_ptr()),
+                    void_mut(p.output.as_mut_ptr()),
+                    p.input.len(),
+                )
+            },
             |(s, d, n), done, ud| {
                 // SAFETY: both buffers live in the shared record until done
                 // ran; the output holds n * size elements.
                 unsafe { sys::nexar_allgather(comm, s, d, n, T::DTYPE.code(), done, ud) }
-            })
+            },
+        )
     }
 
     /// [`reduce_scatter`](Communicator::reduce_scatter) without blocking:
@@ -732,19 +939,40 @@ impl Communicator {
     pub fn reduce_scatter_async<T: Element>(&self, send: Vec<T>, op: Op) -> Pending<Vec<T>> {
         const OP: &str = "reduce_scatter";
         if send.len() % self.size as usize != 0 {
-            return Pending::failed(self.invalid(OP, format!(
-                "send holds {} elements, not a multiple of the {} ranks", send.len(), self.size)));
+            return Pending::failed(self.invalid(
+                OP,
+                format!(
+                    "send holds {} elements, not a multiple of the {} ranks",
+                    send.len(),
+                    self.size
+                ),
+            ));
         }
         let block = send.len() / self.size as usize;
         let comm = self.as_raw();
-        let payload = InOut { input: send, output: vec![T::ZERO; block] };
-        pending::submit(OP, self.rank, payload,
-            |p| (void(p.input.as_ptr()), void_mut(p.output.as_mut_ptr()), p.output.len()),
+        let payload = InOut {
+            input: send,
+            output: vec![T::ZERO; block],
+        };
+        pending::submit(
+            OP,
+            self.rank,
+            payload,
+            |p| {
+                (
+                    void(p.input.as_ptr()),
+                    void_mut(p.output.as_mut_ptr()),
+                    p.output.len(),
+                )
+            },
             |(s, d, n), done, ud| {
                 // SAFETY: both buffers live in the shared record until done
                 // ran; the input holds n * size elements.
-                unsafe { sys::nexar_reduce_scatter(comm, s, d, n, T::DTYPE.code(), op.code(), done, ud) }
-            })
+                unsafe {
+                    sys::nexar_reduce_scatter(comm, s, d, n, T::DTYPE.code(), op.code(), done, ud)
+                }
+            },
+        )
     }
 
     /// [`all_to_all`](Communicator::all_to_all) without blocking: yields a new
@@ -752,19 +980,32 @@ impl Communicator {
     pub fn all_to_all_async<T: Element>(&self, send: Vec<T>) -> Pending<Vec<T>> {
         const OP: &str = "all_to_all";
         if send.len() % self.size as usize != 0 {
-            return Pending::failed(self.invalid(OP, format!(
-                "send holds {} elements, not a multiple of the {} ranks", send.len(), self.size)));
+            return Pending::failed(self.invalid(
+                OP,
+                format!(
+                    "send holds {} elements, not a multiple of the {} ranks",
+                    send.len(),
+                    self.size
+                ),
+            ));
         }
         let block = send.len() / self.size as usize;
         let comm = self.as_raw();
-        let payload = InOut { output: vec![T::ZERO; send.len()], input: send };
-        pending::submit(OP, self.rank, payload,
+        let payload = InOut {
+            output: vec![T::ZERO; send.len()],
+            input: send,
+        };
+        pending::submit(
+            OP,
+            self.rank,
+            payload,
             |p| (void(p.input.as_ptr()), void_mut(p.output.as_mut_ptr())),
             |(s, d), done, ud| {
                 // SAFETY: both buffers (block * size elements) live in the
                 // shared record until done ran.
                 unsafe { sys::nexar_alltoall(comm, s, d, block, T::DTYPE.code(), done, ud) }
-            })
+            },
+        )
     }
 
     /// [`gather`](Communicator::gather) without blocking: yields every rank's
@@ -781,55 +1022,96 @@ impl Communicator {
         };
         let is_root = self.rank == root;
         let comm = self.as_raw();
-        let payload = InOut { input: send, output: vec![T::ZERO; total] };
-        pending::submit(OP, self.rank, payload,
+        let payload = InOut {
+            input: send,
+            output: vec![T::ZERO; total],
+        };
+        pending::submit(
+            OP,
+            self.rank,
+            payload,
             |p| {
-                let d = if is_root { void_mut(p.output.as_mut_ptr()) } else { ptr::null_mut() };
+                let d = if is_root {
+                    void_mut(p.output.as_mut_ptr())
+                } else {
+                    ptr::null_mut()
+                };
                 (void(p.input.as_ptr()), d, p.input.len())
             },
             |(s, d, n), done, ud| {
                 // SAFETY: both buffers live in the shared record until done
                 // ran; the root's output holds n * size elements.
                 unsafe { sys::nexar_gather(comm, s, d, n, T::DTYPE.code(), root, done, ud) }
-            })
+            },
+        )
     }
 
     /// [`scatter`](Communicator::scatter) without blocking: `root`'s `send`
     /// holds `size()` blocks of `count` elements (other ranks' is not used);
     /// yields this rank's block.
-    pub fn scatter_async<T: Element>(&self, send: Vec<T>, count: usize, root: u32) -> Pending<Vec<T>> {
+    pub fn scatter_async<T: Element>(
+        &self,
+        send: Vec<T>,
+        count: usize,
+        root: u32,
+    ) -> Pending<Vec<T>> {
         const OP: &str = "scatter";
         let is_root = self.rank == root;
         if is_root {
             match self.times_size(OP, count) {
                 Ok(n) if n == send.len() => {}
-                Ok(_) => return Pending::failed(self.invalid(OP, format!(
-                    "the root's send holds {} elements; {} ranks times {} are needed", send.len(), self.size, count))),
+                Ok(_) => {
+                    return Pending::failed(self.invalid(
+                        OP,
+                        format!(
+                            "the root's send holds {} elements; {} ranks times {} are needed",
+                            send.len(),
+                            self.size,
+                            count
+                        ),
+                    ))
+                }
                 Err(e) => return Pending::failed(e),
             }
         }
         let comm = self.as_raw();
-        let payload = InOut { input: send, output: vec![T::ZERO; count] };
-        pending::submit(OP, self.rank, payload,
+        let payload = InOut {
+            input: send,
+            output: vec![T::ZERO; count],
+        };
+        pending::submit(
+            OP,
+            self.rank,
+            payload,
             |p| {
-                let s = if is_root { void(p.input.as_ptr()) } else { ptr::null() };
+                let s = if is_root {
+                    void(p.input.as_ptr())
+                } else {
+                    ptr::null()
+                };
                 (s, void_mut(p.output.as_mut_ptr()))
             },
             |(s, d), done, ud| {
                 // SAFETY: both buffers live in the shared record until done
                 // ran; the root's input holds count * size elements.
                 unsafe { sys::nexar_scatter(comm, s, d, count, T::DTYPE.code(), root, done, ud) }
-            })
+            },
+        )
     }
 
     /// [`barrier`](Communicator::barrier) without blocking.
     pub fn barrier_async(&self) -> Pending<()> {
         let comm = self.as_raw();
-        pending::submit("barrier", self.rank, Nothing, |_| (),
+        pending::submit(
+            "barrier",
+            self.rank,
+            Nothing,
+            |_| (),
             |(), done, ud| {
                 // SAFETY: a live handle; nothing to keep alive.
                 unsafe { sys::nexar_barrier(comm, done, ud) }
-            })
+            },
+        )
     }
 
     /// [`send`](Communicator::send) without blocking; yields the buffer back
@@ -840,11 +1122,16 @@ impl Communicator {
             Err(e) => return Pending::failed(e),
         };
         let comm = self.as_raw();
-        pending::submit("send", self.rank, InPlace(buf), |p| void(p.0.as_ptr()),
+        pending::submit(
+            "send",
+            self.rank,
+            InPlace(buf),
+            |p| void(p.0.as_ptr()),
             |s, done, ud| {
                 // SAFETY: the buffer lives in the shared record until done ran.
                 unsafe { sys::nexar_send(comm, s, bytes, dest, tag, done, ud) }
-            })
+            },
+        )
     }
 
     /// [`recv`](Communicator::recv) without blocking; yields the filled buffer.
@@ -854,25 +1141,34 @@ impl Communicator {
             Err(e) => return Pending::failed(e),
         };
         let comm = self.as_raw();
-        pending::submit("recv", self.rank, InPlace(buf), |p| void_mut(p.0.as_mut_ptr()),
+        pending::submit(
+            "recv",
+            self.rank,
+            InPlace(buf),
+            |p| void_mut(p.0.as_mut_ptr()),
             |d, done, ud| {
                 // SAFETY: the buffer lives in the shared record until done
                 // ran; any bytes are a valid T.
                 unsafe { sys::nexar_recv(comm, d, bytes, src, tag, done, ud) }
-            })
+            },
+        )
     }
 
     /// [`rpc_call`](Communicator::rpc_call) without blocking; yields the
     /// response. Safe to call from inside an RPC handler.
     pub fn rpc_call_async(&self, target: u32, fn_id: u32, request: Vec<u8>) -> Pending<Vec<u8>> {
         let comm = self.as_raw();
-        pending::submit("rpc_call", self.rank, RpcPayload::new(request),
+        pending::submit(
+            "rpc_call",
+            self.rank,
+            RpcPayload::new(request),
             |p| (void(p.request.as_ptr()), p.request.len(), p.slot),
             |(r, n, slot), done, ud| {
                 // SAFETY: the request and the response slot live in the
                 // shared record until done ran.
                 unsafe { sys::nexar_rpc_call(comm, target, fn_id, r, n, slot, done, ud) }
-            })
+            },
+        )
     }
 }
 

@@ -56,25 +56,77 @@ pub enum Status {
 
 const TABLE: &[(Status, i32, &str)] = &[
     (Status::Ok, sys::NEXAR_OK, "NEXAR_OK"),
-    (Status::InvalidArgument, sys::NEXAR_ERR_INVALID_ARGUMENT, "NEXAR_ERR_INVALID_ARGUMENT"),
-    (Status::InvalidRank, sys::NEXAR_ERR_INVALID_RANK, "NEXAR_ERR_INVALID_RANK"),
-    (Status::SizeMismatch, sys::NEXAR_ERR_SIZE_MISMATCH, "NEXAR_ERR_SIZE_MISMATCH"),
+    (
+        Status::InvalidArgument,
+        sys::NEXAR_ERR_INVALID_ARGUMENT,
+        "NEXAR_ERR_INVALID_ARGUMENT",
+    ),
+    (
+        Status::InvalidRank,
+        sys::NEXAR_ERR_INVALID_RANK,
+        "NEXAR_ERR_INVALID_RANK",
+    ),
+    (
+        Status::SizeMismatch,
+        sys::NEXAR_ERR_SIZE_MISMATCH,
+        "NEXAR_ERR_SIZE_MISMATCH",
+    ),
     (Status::Timeout, sys::NEXAR_ERR_TIMEOUT, "NEXAR_ERR_TIMEOUT"),
-    (Status::PeerFailed, sys::NEXAR_ERR_PEER_FAILED, "NEXAR_ERR_PEER_FAILED"),
+    (
+        Status::PeerFailed,
+        sys::NEXAR_ERR_PEER_FAILED,
+        "NEXAR_ERR_PEER_FAILED",
+    ),
     (Status::Aborted, sys::NEXAR_ERR_ABORTED, "NEXAR_ERR_ABORTED"),
     (Status::Closed, sys::NEXAR_ERR_CLOSED, "NEXAR_ERR_CLOSED"),
-    (Status::Mismatch, sys::NEXAR_ERR_MISMATCH, "NEXAR_ERR_MISMATCH"),
+    (
+        Status::Mismatch,
+        sys::NEXAR_ERR_MISMATCH,
+        "NEXAR_ERR_MISMATCH",
+    ),
     (Status::Tls, sys::NEXAR_ERR_TLS, "NEXAR_ERR_TLS"),
     (Status::Auth, sys::NEXAR_ERR_AUTH, "NEXAR_ERR_AUTH"),
-    (Status::Protocol, sys::NEXAR_ERR_PROTOCOL, "NEXAR_ERR_PROTOCOL"),
-    (Status::NoMemory, sys::NEXAR_ERR_NO_MEMORY, "NEXAR_ERR_NO_MEMORY"),
+    (
+        Status::Protocol,
+        sys::NEXAR_ERR_PROTOCOL,
+        "NEXAR_ERR_PROTOCOL",
+    ),
+    (
+        Status::NoMemory,
+        sys::NEXAR_ERR_NO_MEMORY,
+        "NEXAR_ERR_NO_MEMORY",
+    ),
     (Status::Io, sys::NEXAR_ERR_IO, "NEXAR_ERR_IO"),
-    (Status::Unsupported, sys::NEXAR_ERR_UNSUPPORTED, "NEXAR_ERR_UNSUPPORTED"),
-    (Status::NotFound, sys::NEXAR_ERR_NOT_FOUND, "NEXAR_ERR_NOT_FOUND"),
-    (Status::WouldDeadlock, sys::NEXAR_ERR_WOULD_DEADLOCK, "NEXAR_ERR_WOULD_DEADLOCK"),
-    (Status::Internal, sys::NEXAR_ERR_INTERNAL, "NEXAR_ERR_INTERNAL"),
-    (Status::RpcNotRegistered, sys::NEXAR_ERR_RPC_NOT_REGISTERED, "NEXAR_ERR_RPC_NOT_REGISTERED"),
-    (Status::RpcFailed, sys::NEXAR_ERR_RPC_FAILED, "NEXAR_ERR_RPC_FAILED"),
+    (
+        Status::Unsupported,
+        sys::NEXAR_ERR_UNSUPPORTED,
+        "NEXAR_ERR_UNSUPPORTED",
+    ),
+    (
+        Status::NotFound,
+        sys::NEXAR_ERR_NOT_FOUND,
+        "NEXAR_ERR_NOT_FOUND",
+    ),
+    (
+        Status::WouldDeadlock,
+        sys::NEXAR_ERR_WOULD_DEADLOCK,
+        "NEXAR_ERR_WOULD_DEADLOCK",
+    ),
+    (
+        Status::Internal,
+        sys::NEXAR_ERR_INTERNAL,
+        "NEXAR_ERR_INTERNAL",
+    ),
+    (
+        Status::RpcNotRegistered,
+        sys::NEXAR_ERR_RPC_NOT_REGISTERED,
+        "NEXAR_ERR_RPC_NOT_REGISTERED",
+    ),
+    (
+        Status::RpcFailed,
+        sys::NEXAR_ERR_RPC_FAILED,
+        "NEXAR_ERR_RPC_FAILED",
+    ),
 ];
 
 impl Status {
@@ -91,7 +143,11 @@ impl Status {
     pub fn code(self) -> i32 {
         match self {
             Status::Unknown(code) => code,
-            known => TABLE.iter().find(|e| e.0 == known).map(|e| e.1).unwrap_or(i32::MIN),
+            known => TABLE
+                .iter()
+                .find(|e| e.0 == known)
+                .map(|e| e.1)
+                .unwrap_or(i32::MIN),
         }
     }
 
@@ -161,7 +217,13 @@ impl Error {
     /// An error for a call that just failed on this thread, with
     /// `nexar_last_error_message()` (to be called before any other nexar call).
     pub(crate) fn last(code: i32, op: &'static str, rank: Option<u32>) -> Error {
-        Error::new(Status::from_code(code), op, rank, None, last_error_message())
+        Error::new(
+            Status::from_code(code),
+            op,
+            rank,
+            None,
+            last_error_message(),
+        )
     }
 
     /// An argument this binding refuses before calling nexar.

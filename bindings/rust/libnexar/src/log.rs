@@ -36,8 +36,10 @@ impl LogLevel {
     }
 }
 
+type LogFn = dyn Fn(LogLevel, &str) + Send + Sync + 'static;
+
 struct LogBox {
-    f: Box<dyn Fn(LogLevel, &str) + Send + Sync + 'static>,
+    f: Box<LogFn>,
 }
 
 /// The handler nexar calls now; kept here so it lives while registered.
@@ -69,7 +71,9 @@ pub fn set_log_handler<F>(handler: F) -> Result<()>
 where
     F: Fn(LogLevel, &str) + Send + Sync + 'static,
 {
-    install(Some(Box::new(LogBox { f: Box::new(handler) })))
+    install(Some(Box::new(LogBox {
+        f: Box::new(handler),
+    })))
 }
 
 /// Restores nexar's own logging to stderr.
@@ -80,12 +84,12 @@ pub fn clear_log_handler() -> Result<()> {
 fn install(fresh: Option<Box<LogBox>>) -> Result<()> {
     // Replacing waits for a running call of the old handler; from inside one
     // (where nexar refuses anyway) the lock is only tried, never waited for.
-    let mut current = if in_callback() {
-        match CURRENT.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                return Err(Error::new(
+    let mut current =
+        if in_callback() {
+            match CURRENT.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return Err(Error::new(
                     Status::WouldDeadlock,
                     "set_log_handler",
                     None,
@@ -93,12 +97,11 @@ fn install(fresh: Option<Box<LogBox>>) -> Result<()> {
                     "set_log_handler: called from inside a nexar callback while another thread \
                      replaces the log handler"
                         .into(),
-                ))
+                )),
             }
-        }
-    } else {
-        lock(&CURRENT)
-    };
+        } else {
+            lock(&CURRENT)
+        };
     let (f, user_data): (sys::nexar_log_fn, *mut c_void) = match &fresh {
         Some(b) => (Some(log_trampoline), &**b as *const LogBox as *mut c_void),
         None => (None, ptr::null_mut()),

@@ -291,7 +291,10 @@ impl fmt::Debug for Options {
             .field("ring_max_world", &r.ring_max_world)
             .field("spin_us", &r.spin_us)
             .field("seed_address", &self.seed_address)
-            .field("cluster_token", &self.cluster_token.as_ref().map(|_| "<set>"))
+            .field(
+                "cluster_token",
+                &self.cluster_token.as_ref().map(|_| "<set>"),
+            )
             .field("listen_address", &self.listen_address)
             .field("advertise_address", &self.advertise_address)
             .field("socket_ifname", &self.socket_ifname)

@@ -22,7 +22,7 @@ use std::thread::{self, Thread};
 // ---- Running inside nexar's callbacks ------------------------------------------
 
 thread_local! {
-    static IN_CALLBACK: Cell<u32> = Cell::new(0);
+    static IN_CALLBACK: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Marks this thread as running one of nexar's callbacks (a completion, an RPC
@@ -169,8 +169,14 @@ pub(crate) unsafe extern "C" fn on_done<P: Payload>(
             Some(c) if c.status == sys::NEXAR_OK => (c.status, c.failed_rank, String::new()),
             // SAFETY: the message is a NUL-terminated string valid during the
             // callback (never NULL; handled anyway); copied here.
-            Some(c) => (c.status, c.failed_rank, unsafe { crate::error::cstr_lossy(c.message) }),
-            None => (sys::NEXAR_ERR_INTERNAL, -1, "no completion record".to_string()),
+            Some(c) => (c.status, c.failed_rank, unsafe {
+                crate::error::cstr_lossy(c.message)
+            }),
+            None => (
+                sys::NEXAR_ERR_INTERNAL,
+                -1,
+                "no completion record".to_string(),
+            ),
         };
         let waker = {
             let mut st = lock(&shared.state);
@@ -329,7 +335,10 @@ impl<O> Future for Pending<O> {
                 Inner::Failed(e) => Err(e),
                 _ => unreachable!(),
             },
-            Inner::Finished => panic!("libnexar: a Pending ({}) polled after it completed", this.op),
+            Inner::Finished => panic!(
+                "libnexar: a Pending ({}) polled after it completed",
+                this.op
+            ),
         };
         this.inner = Inner::Finished;
         Poll::Ready(ready)

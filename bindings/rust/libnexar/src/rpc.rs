@@ -14,10 +14,13 @@ use std::ptr;
 /// fails the caller's call with [`Status::RpcFailed`](crate::Status::RpcFailed).
 pub type RpcResult = std::result::Result<Vec<u8>, String>;
 
+/// A handler closure, as the communicator stores it.
+pub(crate) type HandlerFn = dyn Fn(u32, &[u8]) -> RpcResult + Send + Sync + 'static;
+
 /// A registered handler. Boxed twice so that nexar's `user_data` is a thin
 /// pointer; the outer box's address never changes while it is registered.
 pub(crate) struct HandlerBox {
-    pub(crate) f: Box<dyn Fn(u32, &[u8]) -> RpcResult + Send + Sync + 'static>,
+    pub(crate) f: Box<HandlerFn>,
 }
 
 /// The handlers a communicator keeps alive for nexar.
@@ -27,6 +30,8 @@ pub(crate) struct Handlers {
     pub(crate) live: HashMap<u32, Box<HandlerBox>>,
     /// Handlers replaced from inside a callback, where nexar does not wait for
     /// a running invocation to end: kept until the communicator is dropped.
+    /// Boxed: a running invocation's user_data must keep its address.
+    #[allow(clippy::vec_box)]
     pub(crate) retired: Vec<Box<HandlerBox>>,
 }
 

@@ -134,7 +134,13 @@ impl Seed {
             return Err(Error::last(st, OP, None));
         }
         let raw = NonNull::new(out).ok_or_else(|| {
-            Error::new(Status::Internal, OP, None, None, "no seed handle returned".into())
+            Error::new(
+                Status::Internal,
+                OP,
+                None,
+                None,
+                "no seed handle returned".into(),
+            )
         })?;
         // SAFETY: a live seed; the address is static for its lifetime and copied.
         let address = unsafe { cstr_lossy(sys::nexar_seed_address(raw.as_ptr())) };

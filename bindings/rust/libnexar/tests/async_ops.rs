@@ -1,5 +1,7 @@
 //! Asynchronous operations: futures that own their buffers.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 mod common;
 
 use common::world;
@@ -85,7 +87,11 @@ fn one_thread_drives_every_rank() {
         reduces.push(c.all_reduce_async(vec![r, 2.0 * r, 1.0], Op::Sum));
         reduces.push(c.all_reduce_async(vec![r], Op::Max));
         gathers.push(c.all_gather_async(vec![c.rank() as u64; 2]));
-        let b = if c.rank() == 2 { vec![9i32, 8, 7] } else { vec![0; 3] };
+        let b = if c.rank() == 2 {
+            vec![9i32, 8, 7]
+        } else {
+            vec![0; 3]
+        };
         bcasts.push(c.broadcast_async(b, 2));
         barriers.push(c.barrier_async());
     }
@@ -124,7 +130,11 @@ fn every_async_collective() {
         rs.push(c.reduce_scatter_async((0..2 * n as i64).map(|j| r + 10 * j).collect(), Op::Sum));
         a2a.push(c.all_to_all_async((0..n as i64).map(|j| r * 10 + j).collect()));
         gat.push(c.gather_async(vec![r + 100], 1));
-        let send = if c.rank() == 0 { vec![5i64, 6, 7, 8, 9, 10] } else { Vec::new() };
+        let send = if c.rank() == 0 {
+            vec![5i64, 6, 7, 8, 9, 10]
+        } else {
+            Vec::new()
+        };
         sca.push(c.scatter_async(send, 2, 0));
         red.push(c.reduce_async(vec![r + 1], Op::Prod, 0));
         scan.push(c.scan_async(vec![r + 1], Op::Sum));
@@ -139,7 +149,11 @@ fn every_async_collective() {
         assert_eq!(v.unwrap(), (0..3).map(|i| i * 10 + r).collect::<Vec<_>>());
     }
     for (r, v) in join_all(gat).into_iter().enumerate() {
-        let want = if r == 1 { vec![100, 101, 102] } else { Vec::new() };
+        let want = if r == 1 {
+            vec![100, 101, 102]
+        } else {
+            Vec::new()
+        };
         assert_eq!(v.unwrap(), want);
     }
     for (r, v) in join_all(sca).into_iter().enumerate() {
@@ -166,7 +180,11 @@ fn send_and_recv_give_their_buffers_back() {
     let recv = w[1].recv_async(vec![0u32; 4096], 0, 11);
     let data: Vec<u32> = (0..4096).map(|i| i * 3).collect();
     let sent = w[0].send_async(data.clone(), 1, 11);
-    assert_eq!(block_on(sent).unwrap(), data, "send yields its buffer back unchanged");
+    assert_eq!(
+        block_on(sent).unwrap(),
+        data,
+        "send yields its buffer back unchanged"
+    );
     assert_eq!(block_on(recv).unwrap(), data);
     // A mismatched size through a future: the completion's status and message.
     let recv = w[1].recv_async(vec![0u8; 3], 0, 12);
@@ -190,7 +208,8 @@ fn futures_dropped_early_keep_their_buffers_until_done() {
         // The sender's buffer too.
         drop(w[0].send_async(vec![round as u8; 1 << 20], 1, round));
         // A tag-ordered follow-up proves the dropped receive consumed its message.
-        w[0].send(&[round], 1, round).unwrap_or_else(|e| panic!("{}", e));
+        w[0].send(&[round], 1, round)
+            .unwrap_or_else(|e| panic!("{}", e));
         let mut follow = [0u32];
         w[1].recv(&mut follow, 0, round).unwrap();
         assert_eq!(follow, [round]);
@@ -216,7 +235,10 @@ fn a_dropped_receive_frees_its_buffer_only_after_completion() {
     w[0].send(&data[..MARKED], 1, 77).unwrap();
     let deadline = Instant::now() + common::BOUND;
     while MARKED_FREED.load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "the completion never freed the buffer");
+        assert!(
+            Instant::now() < deadline,
+            "the completion never freed the buffer"
+        );
         thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(MARKED_FREED.load(Ordering::SeqCst), 1);

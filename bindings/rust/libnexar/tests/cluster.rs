@@ -20,7 +20,11 @@ fn split_by_color_ordered_by_key() {
         sub.all_gather(&[r], &mut who).unwrap();
         (sub.rank(), sub.size(), v[0], who)
     });
-    assert_eq!(out[0], (1, 2, 4, vec![2, 0]), "rank 0 (key 10) comes after rank 2 (key 8)");
+    assert_eq!(
+        out[0],
+        (1, 2, 4, vec![2, 0]),
+        "rank 0 (key 10) comes after rank 2 (key 8)"
+    );
     assert_eq!(out[2], (0, 2, 4, vec![2, 0]));
     assert_eq!(out[1], (0, 1, 2, vec![1]));
 }
@@ -54,7 +58,12 @@ fn stats_count_traffic() {
         }
     });
     let after = w[0].stats().unwrap();
-    assert!(after.bytes_sent >= before.bytes_sent + 100_000, "{:?} -> {:?}", before, after);
+    assert!(
+        after.bytes_sent >= before.bytes_sent + 100_000,
+        "{:?} -> {:?}",
+        before,
+        after
+    );
     assert!(after.messages_sent > before.messages_sent);
     assert!(w[1].stats().unwrap().bytes_received >= 100_000);
 }
@@ -67,7 +76,7 @@ fn ring_topology_connects_neighbours_only() {
         assert_eq!(c.stats().unwrap().connections, 2, "rank {}", c.rank());
     }
     let out = on_each(&w, |c| {
-        let mut v = vec![c.rank() as u32 + 1; 3];
+        let mut v = vec![c.rank() + 1; 3];
         c.all_reduce(&mut v, Op::Sum).unwrap();
         // Rank 0 to rank 2 is relayed.
         if c.rank() == 0 {
@@ -82,7 +91,10 @@ fn ring_topology_connects_neighbours_only() {
     for v in out {
         assert_eq!(v, vec![10; 3]);
     }
-    assert!(w[1].stats().unwrap().relay_bytes_forwarded + w[3].stats().unwrap().relay_bytes_forwarded > 0);
+    assert!(
+        w[1].stats().unwrap().relay_bytes_forwarded + w[3].stats().unwrap().relay_bytes_forwarded
+            > 0
+    );
     let full = world(4);
     assert_eq!(full[0].stats().unwrap().connections, 3);
 }
@@ -112,8 +124,15 @@ fn join_through_a_seed_and_log_lines() {
             .formation_timeout(BOUND),
     )
     .unwrap();
-    assert!(seed.address().starts_with("127.0.0.1:"), "{}", seed.address());
-    assert!(seed.wait(Duration::from_millis(1)).is_none(), "still forming");
+    assert!(
+        seed.address().starts_with("127.0.0.1:"),
+        "{}",
+        seed.address()
+    );
+    assert!(
+        seed.wait(Duration::from_millis(1)).is_none(),
+        "still forming"
+    );
     let addr = seed.address().to_string();
     let joined: Vec<Communicator> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..2u32)
@@ -164,7 +183,8 @@ fn join_through_a_seed_and_log_lines() {
     libnexar::clear_log_handler().unwrap();
     let got = lines.lock().unwrap().clone();
     assert!(
-        got.iter().any(|(level, l)| *level == LogLevel::Warn && l.contains("runs open")),
+        got.iter()
+            .any(|(level, l)| *level == LogLevel::Warn && l.contains("runs open")),
         "log lines: {:?}",
         got
     );

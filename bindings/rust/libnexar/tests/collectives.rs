@@ -65,7 +65,11 @@ fn every_op<T: Num>() {
         results
     });
     // ranks 0,1,2 hold [1,3,1,7] [2,2,3,7] [3,1,5,7]; 7*7*7 = 343 wraps to 87 in a byte.
-    let cube = if std::mem::size_of::<T>() == 1 { 87 } else { 343 };
+    let cube = if std::mem::size_of::<T>() == 1 {
+        87
+    } else {
+        343
+    };
     let want: Vec<Vec<T>> = vec![
         of(&[6, 6, 9, 21]),
         of(&[6, 6, 15, cube]),
@@ -178,7 +182,9 @@ fn all_gather_in_rank_order() {
             c.all_gather(&send, &mut recv).unwrap();
             recv
         });
-        let want: Vec<i64> = (0..n as i64).flat_map(|r| vec![r * 10, r * 10 + 1]).collect();
+        let want: Vec<i64> = (0..n as i64)
+            .flat_map(|r| vec![r * 10, r * 10 + 1])
+            .collect();
         for v in out {
             assert_eq!(v, want);
         }
@@ -200,7 +206,9 @@ fn reduce_scatter_gives_block_r() {
         let ranks_sum = n32 * (n32 - 1) / 2;
         for (r, v) in out.iter().enumerate() {
             let r = r as i32;
-            let want: Vec<i32> = (2 * r..2 * r + 2).map(|j| ranks_sum + n32 * j * 100).collect();
+            let want: Vec<i32> = (2 * r..2 * r + 2)
+                .map(|j| ranks_sum + n32 * j * 100)
+                .collect();
             assert_eq!(v, &want, "rank {}", r);
         }
     }
@@ -211,15 +219,19 @@ fn all_to_all_transposes_blocks() {
     for n in SIZES {
         let w = world(n);
         let out = on_each(&w, |c| {
-            let r = c.rank() as u32;
-            let send: Vec<u32> = (0..n).flat_map(|j| vec![r * 100 + j * 10, r * 100 + j * 10 + 1]).collect();
+            let r = c.rank();
+            let send: Vec<u32> = (0..n)
+                .flat_map(|j| vec![r * 100 + j * 10, r * 100 + j * 10 + 1])
+                .collect();
             let mut recv = vec![0u32; send.len()];
             c.all_to_all(&send, &mut recv).unwrap();
             recv
         });
         for (r, v) in out.iter().enumerate() {
             let r = r as u32;
-            let want: Vec<u32> = (0..n).flat_map(|i| vec![i * 100 + r * 10, i * 100 + r * 10 + 1]).collect();
+            let want: Vec<u32> = (0..n)
+                .flat_map(|i| vec![i * 100 + r * 10, i * 100 + r * 10 + 1])
+                .collect();
             assert_eq!(v, &want, "rank {}", r);
         }
     }
@@ -233,11 +245,17 @@ fn gather_to_root() {
             let out = on_each(&w, |c| {
                 let r = c.rank() as f32;
                 let send = vec![r, r + 0.5];
-                let mut recv = if c.rank() == root { vec![-1.0f32; 2 * n as usize] } else { Vec::new() };
+                let mut recv = if c.rank() == root {
+                    vec![-1.0f32; 2 * n as usize]
+                } else {
+                    Vec::new()
+                };
                 c.gather(&send, &mut recv, root).unwrap();
                 recv
             });
-            let want: Vec<f32> = (0..n).flat_map(|r| vec![r as f32, r as f32 + 0.5]).collect();
+            let want: Vec<f32> = (0..n)
+                .flat_map(|r| vec![r as f32, r as f32 + 0.5])
+                .collect();
             for (r, v) in out.iter().enumerate() {
                 if r as u32 == root {
                     assert_eq!(v, &want);
@@ -255,7 +273,11 @@ fn scatter_from_root() {
         let w = world(n);
         let root = n - 1;
         let out = on_each(&w, |c| {
-            let send: Vec<i64> = if c.rank() == root { (0..3 * n as i64).map(|i| i * i).collect() } else { Vec::new() };
+            let send: Vec<i64> = if c.rank() == root {
+                (0..3 * n as i64).map(|i| i * i).collect()
+            } else {
+                Vec::new()
+            };
             let mut recv = vec![-1i64; 3];
             c.scatter(&send, &mut recv, root).unwrap();
             recv
@@ -288,13 +310,21 @@ fn scan_and_exscan_prefixes() {
         for (r, (inc, max, ex)) in out.iter().enumerate() {
             let r = r as i32;
             let tri = (r + 1) * (r + 2) / 2;
-            assert_eq!(inc, &vec![tri, (0..=r).map(|q| 10 - q).sum::<i32>()], "scan rank {}", r);
+            assert_eq!(
+                inc,
+                &vec![tri, (0..=r).map(|q| 10 - q).sum::<i32>()],
+                "scan rank {}",
+                r
+            );
             assert_eq!(max, &vec![r + 1, 10], "scan max rank {}", r);
             if r == 0 {
                 assert_eq!(ex, &vec![-7, -8], "exscan must leave rank 0 alone");
             } else {
                 // rank 0 contributed [-7, -8], rank q > 0 [q + 1, 10 - q]
-                let want = vec![-7 + (1..r).map(|q| q + 1).sum::<i32>(), -8 + (1..r).map(|q| 10 - q).sum::<i32>()];
+                let want = vec![
+                    -7 + (1..r).map(|q| q + 1).sum::<i32>(),
+                    -8 + (1..r).map(|q| 10 - q).sum::<i32>(),
+                ];
                 assert_eq!(ex, &want, "exscan rank {}", r);
             }
         }
@@ -316,7 +346,12 @@ fn barrier_waits_for_the_last_rank() {
             t.elapsed()
         });
         for (r, t) in waited.iter().enumerate().take(n as usize - 1) {
-            assert!(*t >= Duration::from_millis(200), "rank {} left the barrier after {:?}", r, t);
+            assert!(
+                *t >= Duration::from_millis(200),
+                "rank {} left the barrier after {:?}",
+                r,
+                t
+            );
         }
     }
 }
@@ -340,7 +375,9 @@ fn local_argument_checks() {
     assert_eq!(e.status, Status::InvalidArgument);
     assert_eq!(e.op, "all_gather");
     assert!(e.message.contains("recv holds 3 elements"), "{}", e);
-    let e = c.reduce_scatter(&[1i32, 2, 3], &mut [0i32; 2], Op::Sum).unwrap_err();
+    let e = c
+        .reduce_scatter(&[1i32, 2, 3], &mut [0i32; 2], Op::Sum)
+        .unwrap_err();
     assert_eq!(e.status, Status::InvalidArgument);
     let e = c.all_to_all(&[1u8, 2, 3], &mut [0u8; 3]).unwrap_err();
     assert_eq!(e.status, Status::InvalidArgument);

@@ -93,7 +93,11 @@ fn recv_of_another_size_is_size_mismatch() {
     assert_eq!(e.rank, Some(1));
     assert!(!e.message.is_empty());
     let text = e.to_string();
-    assert!(text.starts_with("recv on rank 1 failed (NEXAR_ERR_SIZE_MISMATCH)"), "{}", text);
+    assert!(
+        text.starts_with("recv on rank 1 failed (NEXAR_ERR_SIZE_MISMATCH)"),
+        "{}",
+        text
+    );
     assert!(text.contains(&e.message));
 }
 
@@ -103,7 +107,11 @@ fn invalid_ranks_are_refused_with_a_message() {
     let c = &w[0];
     let e = c.send(&[1u8], 5, 0).unwrap_err();
     assert_eq!(e.status, Status::InvalidRank, "{}", e);
-    assert!(e.message.contains("rank 5"), "nexar_last_error_message is carried: {}", e);
+    assert!(
+        e.message.contains("rank 5"),
+        "nexar_last_error_message is carried: {}",
+        e
+    );
     assert_eq!(e.op, "send");
     let e = c.recv(&mut [0u8], 2, 0).unwrap_err();
     assert_eq!(e.status, Status::InvalidRank, "{}", e);
@@ -130,21 +138,43 @@ fn timeouts_name_the_operation() {
     assert!(t.elapsed() < Duration::from_secs(30));
     assert_eq!(e.status, Status::Timeout, "{}", e);
     assert_eq!(e.op, "recv");
-    assert!(e.message.contains("nexar_recv"), "nexar's message names the call: {}", e);
-    assert!(e.to_string().starts_with("recv on rank 0 failed (NEXAR_ERR_TIMEOUT)"), "{}", e);
+    assert!(
+        e.message.contains("nexar_recv"),
+        "nexar's message names the call: {}",
+        e
+    );
+    assert!(
+        e.to_string()
+            .starts_with("recv on rank 0 failed (NEXAR_ERR_TIMEOUT)"),
+        "{}",
+        e
+    );
 
     // Asynchronously: the message comes from the completion.
     let e = w[1].recv_async(vec![0u8; 4], 0, 43).wait().unwrap_err();
     assert_eq!(e.status, Status::Timeout, "{}", e);
     assert_eq!(e.op, "recv");
     assert_eq!(e.rank, Some(1));
-    assert!(e.message.contains("nexar_recv"), "the completion's message: {}", e);
-    assert_eq!(e.failed_rank, Some(0), "the completion names the silent rank");
+    assert!(
+        e.message.contains("nexar_recv"),
+        "the completion's message: {}",
+        e
+    );
+    assert_eq!(
+        e.failed_rank,
+        Some(0),
+        "the completion names the silent rank"
+    );
 
     // A collective that rank 1 never joins.
     let e = w[0].all_reduce(&mut [1.0f32; 4], Op::Sum).unwrap_err();
     assert_eq!(e.status, Status::Timeout, "{}", e);
-    assert!(e.to_string().starts_with("all_reduce on rank 0 failed (NEXAR_ERR_TIMEOUT)"), "{}", e);
+    assert!(
+        e.to_string()
+            .starts_with("all_reduce on rank 0 failed (NEXAR_ERR_TIMEOUT)"),
+        "{}",
+        e
+    );
     assert!(e.message.contains("allreduce"), "{}", e);
 }
 
@@ -195,7 +225,10 @@ fn abort_fails_pending_and_later_operations() {
         "rank 1: {}",
         e
     );
-    assert!(w[1].async_error().is_some(), "the abort is reported in the background");
+    assert!(
+        w[1].async_error().is_some(),
+        "the abort is reported in the background"
+    );
 }
 
 #[test]
@@ -221,7 +254,12 @@ fn status_codes_and_display() {
         let s = Status::from_code(-code);
         assert!(!matches!(s, Status::Unknown(_)), "code {}", -code);
         assert_eq!(s.code(), -code);
-        assert!(s.describe().contains(s.name()), "{} vs {}", s.describe(), s.name());
+        assert!(
+            s.describe().contains(s.name()),
+            "{} vs {}",
+            s.describe(),
+            s.name()
+        );
     }
     let e = Error {
         status: Status::Timeout,
@@ -250,7 +288,12 @@ fn communicator_is_send_and_sync() {
 #[test]
 fn init_from_env_without_a_cluster_is_not_found() {
     let described = [
-        "NEXAR_SEED", "RANK", "WORLD_SIZE", "MASTER_ADDR", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+        "NEXAR_SEED",
+        "RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
         "SLURM_PROCID",
     ]
     .iter()
@@ -262,5 +305,9 @@ fn init_from_env_without_a_cluster_is_not_found() {
     let e = Communicator::init_from_env().unwrap_err();
     assert_eq!(e.status, Status::NotFound, "{}", e);
     assert_eq!(e.op, "init_from_env");
-    assert!(e.message.contains("NEXAR_SEED"), "the message lists what was looked for: {}", e);
+    assert!(
+        e.message.contains("NEXAR_SEED"),
+        "the message lists what was looked for: {}",
+        e
+    );
 }

@@ -38,7 +38,10 @@ fn register_call_replace_unregister() {
     assert_eq!(e.status, Status::RpcNotRegistered, "{}", e);
     assert!(!e.message.is_empty());
     // Handlers belong to the rank that registered them.
-    assert_eq!(w[0].rpc_call(2, 43, b"").unwrap_err().status, Status::RpcNotRegistered);
+    assert_eq!(
+        w[0].rpc_call(2, 43, b"").unwrap_err().status,
+        Status::RpcNotRegistered
+    );
     w[1].rpc_unregister(12345).unwrap();
     assert!(w[1].stats().unwrap().rpc_requests_served >= 5);
 }
@@ -46,8 +49,10 @@ fn register_call_replace_unregister() {
 #[test]
 fn large_request_and_response() {
     let w = world(2);
-    w[1].rpc_register(1, |_, req| Ok(req.iter().map(|b| b.wrapping_mul(3)).collect()))
-        .unwrap();
+    w[1].rpc_register(1, |_, req| {
+        Ok(req.iter().map(|b| b.wrapping_mul(3)).collect())
+    })
+    .unwrap();
     let req: Vec<u8> = (0..1_500_000u32).map(|i| (i % 251) as u8).collect();
     let got = w[0].rpc_call(1, 1, &req).unwrap();
     assert_eq!(got.len(), req.len());
@@ -57,7 +62,8 @@ fn large_request_and_response() {
 #[test]
 fn handler_error_reaches_the_caller_with_its_message() {
     let w = world(2);
-    w[1].rpc_register(7, |_, req| Err(format!("bad input {:?}", req))).unwrap();
+    w[1].rpc_register(7, |_, req| Err(format!("bad input {:?}", req)))
+        .unwrap();
     let e = w[0].rpc_call(1, 7, b"zz").unwrap_err();
     assert_eq!(e.status, Status::RpcFailed, "{}", e);
     assert!(e.message.contains("bad input [122, 122]"), "{}", e);
@@ -137,18 +143,25 @@ fn a_handler_may_call_another_rank_asynchronously() {
     // Rank 1's handler forwards to rank 2 without blocking: it starts the
     // call and answers at once with what it knows.
     let w: Vec<Arc<Communicator>> = world(3).into_iter().map(Arc::new).collect();
-    w[2].rpc_register(2, |_, req| Ok([req, b"@2"].concat())).unwrap();
+    w[2].rpc_register(2, |_, req| Ok([req, b"@2"].concat()))
+        .unwrap();
     let forwarded: Arc<Mutex<Vec<libnexar::Pending<Vec<u8>>>>> = Arc::default();
     let me = Arc::downgrade(&w[1]);
     let keep = forwarded.clone();
     w[1].rpc_register(1, move |_, req| {
         let comm = me.upgrade().ok_or("gone")?;
-        keep.lock().unwrap().push(comm.rpc_call_async(2, 2, req.to_vec()));
+        keep.lock()
+            .unwrap()
+            .push(comm.rpc_call_async(2, 2, req.to_vec()));
         Ok(b"started".to_vec())
     })
     .unwrap();
     assert_eq!(w[0].rpc_call(1, 1, b"hi").unwrap(), b"started");
-    let p = forwarded.lock().unwrap().pop().expect("the handler started a call");
+    let p = forwarded
+        .lock()
+        .unwrap()
+        .pop()
+        .expect("the handler started a call");
     assert_eq!(p.wait().unwrap(), b"hi@2");
 }
 
@@ -176,8 +189,16 @@ fn handlers_are_dropped_when_replaced_and_with_the_communicator() {
     .unwrap();
     assert_eq!(dropped.load(Ordering::SeqCst), 0);
     w[1].rpc_register(1, |_, _| Ok(Vec::new())).unwrap();
-    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the replaced closure is dropped");
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        1,
+        "the replaced closure is dropped"
+    );
     let c1 = w.pop().unwrap();
     drop(c1);
-    assert_eq!(dropped.load(Ordering::SeqCst), 2, "the rest go with the communicator");
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        2,
+        "the rest go with the communicator"
+    );
 }
