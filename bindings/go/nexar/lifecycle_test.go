@@ -1,0 +1,171 @@
+package nexar_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nexar-project/nexar/bindings/go/nexar"
+)
+
+func TestCloseIdempotentAndClosedErrors(t *testing.T) {
+	comms := world(t, 2)
+	c := comms[0]
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ { // concurrent Close calls all return nil
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	within(t, 10*time.Second, "concurrent Close", wg.Wait)
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if c.Rank() != 0 || c.Size() != 2 {
+		t.Fatalf("Rank/Size after Close: %d/%d", c.Rank(), c.Size())
+	}
+	for _, m := range modes {
+		ctx, cancel := m.ctx()
+		_, callErr := c.Call(ctx, 1, 1, nil)
+		_, splitErr := c.Split(ctx, 0, 0)
+		_, statsErr := c.Stats()
+		for _, tc := range []struct {
+			what string
+			err  error
+		}{
+			{"allreduce", nexar.AllReduce(ctx, c, []float32{1}, nexar.Sum)},
+			{"barrier", c.Barrier(ctx)},
+			{"send", nexar.Send(ctx, c, []byte("x"), 1, 0)},
+			{"recv", nexar.Recv(ctx, c, []byte("x"), 1, 0)},
+			{"rpc_call", callErr},
+			{"split", splitErr},
+			{"stats", statsErr},
+			{"rpc_register", c.Register(1, func(uint32, []byte) ([]byte, error) { return nil, nil })},
+			{"abort", c.Abort()},
+		} {
+			var ne *nexar.Error
+			if !errors.Is(tc.err, nexar.ErrClosed) || !errors.As(tc.err, &ne) || ne.Op != tc.what {
+				t.Errorf("%s (%s) after Close: got %v, want ErrClosed naming it", tc.what, m.name, tc.err)
+			}
+		}
+		cancel()
+	}
+	if err := c.AsyncError(); err != nil {
+		t.Fatalf("AsyncError after Close: %v", err)
+	}
+}
+
+// Close waits for a blocking call in progress, which then completes normally.
+func TestCloseWaitsForBlockingCall(t *testing.T) {
+	comms := world(t, 2)
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- nexar.Recv(context.Background(), comms[0], make([]byte, 3), 1, 4) }()
+	waitFor(t, "the blocking recv to enter nexar", func() bool { return nexar.InFlight(comms[0]) == 1 })
+	closed := make(chan struct{})
+	go func() { comms[0].Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a blocking call was inside nexar")
+	case err := <-recvDone:
+		t.Fatalf("the recv returned before its message: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := nexar.Send(context.Background(), comms[1], []byte("abc"), 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-recvDone:
+		if err != nil {
+			t.Fatalf("the recv in flight during Close: %v", err)
+		}
+	case <-time.After(rankDeadline):
+		t.Fatal("the recv did not complete")
+	}
+	select {
+	case <-closed:
+	case <-time.After(rankDeadline):
+		t.Fatal("Close did not return after the call finished")
+	}
+	if err := comms[0].Barrier(context.Background()); !errors.Is(err, nexar.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+func TestAbort(t *testing.T) {
+	comms := world(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), rankDeadline)
+	defer cancel()
+	pending := make(chan error, 1)
+	go func() { pending <- nexar.Recv(ctx, comms[1], make([]byte, 8), 0, 1) }()
+	time.Sleep(100 * time.Millisecond)
+	if err := comms[0].Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if err := comms[0].Barrier(context.Background()); !errors.Is(err, nexar.ErrAborted) {
+		t.Fatalf("after Abort: got %v, want ErrAborted", err)
+	}
+	select {
+	case err := <-pending: // the peer is told: its pending receive fails
+		if !errors.Is(err, nexar.ErrAborted) && !errors.Is(err, nexar.ErrPeerFailed) {
+			t.Fatalf("the peer's pending recv: got %v, want ErrAborted or ErrPeerFailed", err)
+		}
+	case <-time.After(rankDeadline):
+		t.Fatal("the peer's pending recv did not fail after Abort")
+	}
+	waitFor(t, "the peer's async error", func() bool { return comms[1].AsyncError() != nil })
+}
+
+func TestStatsAndVersion(t *testing.T) {
+	comms := world(t, 2)
+	onEach(t, comms, func(c *nexar.Comm) error {
+		return nexar.AllReduce(context.Background(), c, make([]float64, 1000), nexar.Sum)
+	})
+	s, err := comms[0].Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.BytesSent < 8000 || s.BytesReceived < 8000 || s.Connections < 1 || s.MessagesSent < 1 {
+		t.Fatalf("stats after an 8000-byte allreduce: %+v", s)
+	}
+	if v := nexar.Version(); v == "" || v[0] < '0' || v[0] > '9' {
+		t.Fatalf("Version() = %q", v)
+	}
+}
+
+// A ring topology relays between ranks that are not neighbours.
+func TestRingTopology(t *testing.T) {
+	comms := world(t, 4, nexar.WithTopology("ring"))
+	onEach(t, comms, func(c *nexar.Comm) error {
+		buf := []int32{int32(c.Rank())}
+		if err := nexar.AllReduce(context.Background(), c, buf, nexar.Sum); err != nil {
+			return err
+		}
+		if err := equal(buf, []int32{6}); err != nil {
+			return err
+		}
+		switch c.Rank() { // 0 and 2 are not neighbours
+		case 0:
+			return nexar.Send(context.Background(), c, []byte("relayed"), 2, 1)
+		case 2:
+			got := make([]byte, 7)
+			if err := nexar.Recv(context.Background(), c, got, 0, 1); err != nil {
+				return err
+			}
+			return equal(got, []byte("relayed"))
+		}
+		return nil
+	})
+	s, err := comms[0].Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RelayBytesSent == 0 {
+		t.Fatalf("rank 0 relayed nothing in a ring: %+v", s)
+	}
+}

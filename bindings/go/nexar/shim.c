@@ -1,0 +1,105 @@
+// The Go binding's C half (see shim.h): wrappers that keep nexar's
+// thread-local error message, and the two trampolines through which nexar's
+// completion thread reaches Go.
+#include "shim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "_cgo_export.h"
+
+static nexar_status_t fail(nexar_comm_t *comm, nexar_status_t st, gx_err *err) {
+  if (st == NEXAR_OK || !err) return st;
+  err->msg = strdup(nexar_last_error_message());
+  err->failed_rank = -1;
+  if (comm && (st == NEXAR_ERR_PEER_FAILED || st == NEXAR_ERR_ABORTED)) {
+    // A blocking call reports no rank; a failure found in the background does.
+    nexar_completion_t info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    if (nexar_comm_get_async_error(comm, &info) != NEXAR_OK) err->failed_rank = info.failed_rank;
+  }
+  return st;
+}
+
+// nexar's completion thread: hands the completion to Go (pending.go).
+static void gx_done(void *user_data, const nexar_completion_t *c) {
+  goNexarDone((gx_pending *)user_data, c->status, c->failed_rank,
+              (char *)(c->message ? c->message : ""));
+}
+
+// nexar's completion thread: runs the Go handler (rpc.go).
+static nexar_status_t gx_serve(void *user_data, uint32_t src_rank, uint32_t fn_id,
+                               const void *request, size_t request_len,
+                               nexar_rpc_reply_t *reply) {
+  return goNexarServe((uintptr_t)user_data, src_rank, fn_id, (void *)request, request_len, reply);
+}
+
+nexar_status_t gx_op(int kind, nexar_comm_t *c, const void *s, void *r, size_t n,
+                     nexar_dtype_t t, nexar_op_t op, uint32_t peer, uint32_t tag, gx_pending *p,
+                     gx_err *err) {
+  nexar_done_fn done = p ? gx_done : NULL;
+  nexar_status_t st;
+  switch (kind) {
+    case GX_ALLREDUCE: st = nexar_allreduce(c, s, r, n, t, op, done, p); break;
+    case GX_BROADCAST: st = nexar_broadcast(c, r, n, t, peer, done, p); break;
+    case GX_REDUCE: st = nexar_reduce(c, s, r, n, t, op, peer, done, p); break;
+    case GX_ALLGATHER: st = nexar_allgather(c, s, r, n, t, done, p); break;
+    case GX_REDUCE_SCATTER: st = nexar_reduce_scatter(c, s, r, n, t, op, done, p); break;
+    case GX_ALLTOALL: st = nexar_alltoall(c, s, r, n, t, done, p); break;
+    case GX_GATHER: st = nexar_gather(c, s, r, n, t, peer, done, p); break;
+    case GX_SCATTER: st = nexar_scatter(c, s, r, n, t, peer, done, p); break;
+    case GX_SCAN: st = nexar_scan(c, s, r, n, t, op, done, p); break;
+    case GX_EXSCAN: st = nexar_exscan(c, s, r, n, t, op, done, p); break;
+    case GX_BARRIER: st = nexar_barrier(c, done, p); break;
+    case GX_SEND: st = nexar_send(c, s, n, peer, tag, done, p); break;
+    case GX_RECV: st = nexar_recv(c, r, n, peer, tag, done, p); break;
+    default:
+      if (err) err->msg = strdup("unknown operation kind (a bug in the Go binding)");
+      return NEXAR_ERR_INTERNAL;
+  }
+  return fail(c, st, err);
+}
+
+nexar_status_t gx_split(nexar_comm_t *c, uint32_t color, uint32_t key, nexar_comm_t **out,
+                        gx_pending *p, gx_err *err) {
+  return fail(c, nexar_comm_split(c, color, key, out, p ? gx_done : NULL, p), err);
+}
+
+nexar_status_t gx_rpc_call(nexar_comm_t *c, uint32_t target, uint32_t fn_id, const void *req,
+                           size_t len, nexar_rpc_response_t **response, gx_pending *p,
+                           gx_err *err) {
+  return fail(c, nexar_rpc_call(c, target, fn_id, req, len, response, p ? gx_done : NULL, p),
+              err);
+}
+
+nexar_status_t gx_rpc_register(nexar_comm_t *c, uint32_t fn_id, uintptr_t handle, gx_err *err) {
+  return fail(c, nexar_rpc_register(c, fn_id, handle ? gx_serve : NULL, (void *)handle), err);
+}
+
+nexar_status_t gx_rpc_reply(nexar_rpc_reply_t *reply, const void *data, size_t len) {
+  nexar_status_t st = nexar_rpc_reply_set(reply, data, len);
+  if (st != NEXAR_OK) nexar_rpc_reply_set_error(reply, nexar_last_error_message());
+  return st;
+}
+
+nexar_status_t gx_options_init(nexar_comm_options_t *opts, gx_err *err) {
+  return fail(NULL, nexar_comm_options_init(opts, sizeof *opts), err);
+}
+
+nexar_status_t gx_bootstrap_local(nexar_comm_t **comms, uint32_t n,
+                                  const nexar_comm_options_t *opts, gx_err *err) {
+  return fail(NULL, nexar_bootstrap_local(comms, n, opts), err);
+}
+
+nexar_status_t gx_init_from_env(nexar_comm_t **out, gx_err *err) {
+  return fail(NULL, nexar_comm_init_from_env(out), err);
+}
+
+nexar_status_t gx_abort(nexar_comm_t *c, gx_err *err) { return fail(c, nexar_comm_abort(c), err); }
+
+nexar_status_t gx_stats(nexar_comm_t *c, nexar_stats_t *stats, gx_err *err) {
+  memset(stats, 0, sizeof *stats);
+  stats->struct_size = sizeof *stats;
+  return fail(c, nexar_comm_get_stats(c, stats), err);
+}

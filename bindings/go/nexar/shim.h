@@ -1,0 +1,79 @@
+/*
+ * The Go binding's C half: thin wrappers over include/nexar.h. Declarations
+ * only (cgo forbids definitions in the preamble of a file that uses
+ * //export); the definitions are in shim.c.
+ *
+ * Every wrapper returns the nexar status. On a synchronous failure it copies
+ * nexar_last_error_message() into err->msg (malloc'd, freed by Go) in the
+ * same C call: the message is thread-local and a goroutine may move to
+ * another thread between two cgo calls.
+ */
+#ifndef NEXAR_GO_SHIM_H
+#define NEXAR_GO_SHIM_H
+
+#include <nexar.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A synchronous failure: nexar's message and, when nexar reported one in the
+ * background (PEER_FAILED, ABORTED), the rank to blame. */
+typedef struct gx_err {
+  char *msg;           /* malloc'd copy of nexar_last_error_message(), or NULL */
+  int32_t failed_rank; /* -1 when unknown */
+} gx_err;
+
+/* One operation started with a completion callback (the cancellable path).
+ * Allocated with C.malloc by Go, passed to nexar as user_data, freed by Go
+ * once the completion has been seen (never earlier). */
+typedef struct gx_pending {
+  uintptr_t handle;               /* runtime/cgo.Handle of the Go waiter */
+  void *buf;                      /* staging memory (C.malloc) or NULL */
+  nexar_rpc_response_t *response; /* nexar_rpc_call writes it before done */
+  nexar_comm_t *split_out;        /* nexar_comm_split writes it before done */
+} gx_pending;
+
+enum {
+  GX_ALLREDUCE = 1,
+  GX_BROADCAST,
+  GX_REDUCE,
+  GX_ALLGATHER,
+  GX_REDUCE_SCATTER,
+  GX_ALLTOALL,
+  GX_GATHER,
+  GX_SCATTER,
+  GX_SCAN,
+  GX_EXSCAN,
+  GX_BARRIER,
+  GX_SEND,
+  GX_RECV
+};
+
+/* Every collective and point-to-point operation. count is elements (bytes
+ * for GX_SEND/GX_RECV); peer is the root, dest or src. p == NULL blocks
+ * (done == NULL), else the completion reaches Go's goNexarDone with p. */
+nexar_status_t gx_op(int kind, nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
+                     size_t count, nexar_dtype_t dtype, nexar_op_t op, uint32_t peer,
+                     uint32_t tag, gx_pending *p, gx_err *err);
+
+nexar_status_t gx_split(nexar_comm_t *comm, uint32_t color, uint32_t key, nexar_comm_t **out,
+                        gx_pending *p, gx_err *err);
+
+nexar_status_t gx_rpc_call(nexar_comm_t *comm, uint32_t target, uint32_t fn_id,
+                           const void *request, size_t len, nexar_rpc_response_t **response,
+                           gx_pending *p, gx_err *err);
+
+/* handle == 0 unregisters; otherwise the handler is Go's goNexarServe with
+ * handle (a runtime/cgo.Handle) as its user data. */
+nexar_status_t gx_rpc_register(nexar_comm_t *comm, uint32_t fn_id, uintptr_t handle, gx_err *err);
+
+/* Inside a handler: copies the response; on failure the reply carries nexar's message. */
+nexar_status_t gx_rpc_reply(nexar_rpc_reply_t *reply, const void *data, size_t len);
+
+nexar_status_t gx_options_init(nexar_comm_options_t *opts, gx_err *err);
+nexar_status_t gx_bootstrap_local(nexar_comm_t **comms, uint32_t n,
+                                  const nexar_comm_options_t *opts, gx_err *err);
+nexar_status_t gx_init_from_env(nexar_comm_t **out, gx_err *err);
+nexar_status_t gx_abort(nexar_comm_t *comm, gx_err *err);
+nexar_status_t gx_stats(nexar_comm_t *comm, nexar_stats_t *stats, gx_err *err);
+
+#endif

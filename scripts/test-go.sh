@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The Go binding (bindings/go): builds and installs libnexar into
+# build/prefix, then vets and tests the package against it through
+# pkg-config, three times: plainly, under the race detector, and with the
+# strictest cgo pointer checks (cgocheck=2). Runs for go on PATH and, when it
+# is another version, /usr/bin/go (Debian 12's Go 1.19, the oldest supported).
+# Offline: the module has no dependencies; caches stay under build/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+scripts/install-deps.sh golang-go pkg-config
+
+echo "== libnexar (build/prefix)"
+scripts/build.sh build
+cmake --install build --prefix "$root/build/prefix" >/dev/null
+
+# nexar.pc carries the prefix chosen at configure time; point a copy at
+# build/prefix for pkg-config ("#cgo pkg-config: nexar").
+pcdir="$root/build/go/pkgconfig"
+mkdir -p "$pcdir"
+pc="$(find "$root/build/prefix" -name nexar.pc -path '*/pkgconfig/*' | head -n1)"
+libdir="$(dirname "$(dirname "$pc")")"
+sed "s|^prefix=.*|prefix=$root/build/prefix|" "$pc" > "$pcdir/nexar.pc"
+
+export PKG_CONFIG_PATH="$pcdir"
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GOCACHE="$root/build/go/cache" GOPATH="$root/build/go/path"
+export GOPROXY=off GOFLAGS= GOTOOLCHAIN=local CGO_ENABLED=1
+
+run_with() {
+  local go="$1"
+  local version minor
+  version="$("$go" env GOVERSION)"
+  minor="$(echo "$version" | sed -E 's/^go1\.([0-9]+).*/\1/')"
+  echo "== go binding with $go ($version)"
+  (
+    cd bindings/go
+    fmt="$("$(dirname "$(readlink -f "$go")")/gofmt" -l .)"
+    if [ -n "$fmt" ]; then echo "gofmt: not formatted: $fmt"; exit 1; fi
+    "$go" vet ./...
+    timeout 900 "$go" test -count=1 -timeout 600s ./...
+    echo "-- with -race"
+    timeout 900 "$go" test -count=1 -timeout 600s -race ./...
+    echo "-- with cgocheck=2"
+    if [ "$minor" -ge 21 ]; then  # a build-time experiment since Go 1.21
+      GOEXPERIMENT=cgocheck2 timeout 900 "$go" test -count=1 -timeout 600s ./...
+    else
+      GODEBUG=cgocheck=2 timeout 900 "$go" test -count=1 -timeout 600s ./...
+    fi
+  )
+}
+
+first="$(command -v go || true)"
+[ -n "$first" ] || first=/usr/bin/go
+run_with "$first"
+if [ -x /usr/bin/go ] && [ "$(/usr/bin/go env GOVERSION)" != "$("$first" env GOVERSION)" ]; then
+  run_with /usr/bin/go
+fi
