@@ -30,30 +30,54 @@ static void gx_done(void *user_data, const nexar_completion_t *c) {
 
 // nexar's completion thread: runs the Go handler (rpc.go).
 static nexar_status_t gx_serve(void *user_data, uint32_t src_rank, uint32_t fn_id,
-                               const void *request, size_t request_len,
-                               nexar_rpc_reply_t *reply) {
+                               const void *request, size_t request_len, nexar_rpc_reply_t *reply) {
   return goNexarServe((uintptr_t)user_data, src_rank, fn_id, (void *)request, request_len, reply);
 }
 
-nexar_status_t gx_op(int kind, nexar_comm_t *c, const void *s, void *r, size_t n,
-                     nexar_dtype_t t, nexar_op_t op, uint32_t peer, uint32_t tag, gx_pending *p,
-                     gx_err *err) {
+nexar_status_t gx_op(int kind, nexar_comm_t *c, const void *s, void *r, size_t n, nexar_dtype_t t,
+                     nexar_op_t op, uint32_t peer, uint32_t tag, gx_pending *p, gx_err *err) {
   nexar_done_fn done = p ? gx_done : NULL;
   nexar_status_t st;
   switch (kind) {
-    case GX_ALLREDUCE: st = nexar_allreduce(c, s, r, n, t, op, done, p); break;
-    case GX_BROADCAST: st = nexar_broadcast(c, r, n, t, peer, done, p); break;
-    case GX_REDUCE: st = nexar_reduce(c, s, r, n, t, op, peer, done, p); break;
-    case GX_ALLGATHER: st = nexar_allgather(c, s, r, n, t, done, p); break;
-    case GX_REDUCE_SCATTER: st = nexar_reduce_scatter(c, s, r, n, t, op, done, p); break;
-    case GX_ALLTOALL: st = nexar_alltoall(c, s, r, n, t, done, p); break;
-    case GX_GATHER: st = nexar_gather(c, s, r, n, t, peer, done, p); break;
-    case GX_SCATTER: st = nexar_scatter(c, s, r, n, t, peer, done, p); break;
-    case GX_SCAN: st = nexar_scan(c, s, r, n, t, op, done, p); break;
-    case GX_EXSCAN: st = nexar_exscan(c, s, r, n, t, op, done, p); break;
-    case GX_BARRIER: st = nexar_barrier(c, done, p); break;
-    case GX_SEND: st = nexar_send(c, s, n, peer, tag, done, p); break;
-    case GX_RECV: st = nexar_recv(c, r, n, peer, tag, done, p); break;
+    case GX_ALLREDUCE:
+      st = nexar_allreduce(c, s, r, n, t, op, done, p);
+      break;
+    case GX_BROADCAST:
+      st = nexar_broadcast(c, r, n, t, peer, done, p);
+      break;
+    case GX_REDUCE:
+      st = nexar_reduce(c, s, r, n, t, op, peer, done, p);
+      break;
+    case GX_ALLGATHER:
+      st = nexar_allgather(c, s, r, n, t, done, p);
+      break;
+    case GX_REDUCE_SCATTER:
+      st = nexar_reduce_scatter(c, s, r, n, t, op, done, p);
+      break;
+    case GX_ALLTOALL:
+      st = nexar_alltoall(c, s, r, n, t, done, p);
+      break;
+    case GX_GATHER:
+      st = nexar_gather(c, s, r, n, t, peer, done, p);
+      break;
+    case GX_SCATTER:
+      st = nexar_scatter(c, s, r, n, t, peer, done, p);
+      break;
+    case GX_SCAN:
+      st = nexar_scan(c, s, r, n, t, op, done, p);
+      break;
+    case GX_EXSCAN:
+      st = nexar_exscan(c, s, r, n, t, op, done, p);
+      break;
+    case GX_BARRIER:
+      st = nexar_barrier(c, done, p);
+      break;
+    case GX_SEND:
+      st = nexar_send(c, s, n, peer, tag, done, p);
+      break;
+    case GX_RECV:
+      st = nexar_recv(c, r, n, peer, tag, done, p);
+      break;
     default:
       if (err) err->msg = strdup("unknown operation kind (a bug in the Go binding)");
       return NEXAR_ERR_INTERNAL;
@@ -69,8 +93,7 @@ nexar_status_t gx_split(nexar_comm_t *c, uint32_t color, uint32_t key, nexar_com
 nexar_status_t gx_rpc_call(nexar_comm_t *c, uint32_t target, uint32_t fn_id, const void *req,
                            size_t len, nexar_rpc_response_t **response, gx_pending *p,
                            gx_err *err) {
-  return fail(c, nexar_rpc_call(c, target, fn_id, req, len, response, p ? gx_done : NULL, p),
-              err);
+  return fail(c, nexar_rpc_call(c, target, fn_id, req, len, response, p ? gx_done : NULL, p), err);
 }
 
 nexar_status_t gx_rpc_register(nexar_comm_t *c, uint32_t fn_id, uintptr_t handle, gx_err *err) {
@@ -96,7 +119,9 @@ nexar_status_t gx_init_from_env(nexar_comm_t **out, gx_err *err) {
   return fail(NULL, nexar_comm_init_from_env(out), err);
 }
 
-nexar_status_t gx_abort(nexar_comm_t *c, gx_err *err) { return fail(c, nexar_comm_abort(c), err); }
+nexar_status_t gx_abort(nexar_comm_t *c, gx_err *err) {
+  return fail(c, nexar_comm_abort(c), err);
+}
 
 nexar_status_t gx_stats(nexar_comm_t *c, nexar_stats_t *stats, gx_err *err) {
   memset(stats, 0, sizeof *stats);

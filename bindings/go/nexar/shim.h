@@ -51,16 +51,15 @@ enum {
 /* Every collective and point-to-point operation. count is elements (bytes
  * for GX_SEND/GX_RECV); peer is the root, dest or src. p == NULL blocks
  * (done == NULL), else the completion reaches Go's goNexarDone with p. */
-nexar_status_t gx_op(int kind, nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
-                     size_t count, nexar_dtype_t dtype, nexar_op_t op, uint32_t peer,
-                     uint32_t tag, gx_pending *p, gx_err *err);
+nexar_status_t gx_op(int kind, nexar_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                     nexar_dtype_t dtype, nexar_op_t op, uint32_t peer, uint32_t tag, gx_pending *p,
+                     gx_err *err);
 
 nexar_status_t gx_split(nexar_comm_t *comm, uint32_t color, uint32_t key, nexar_comm_t **out,
                         gx_pending *p, gx_err *err);
 
-nexar_status_t gx_rpc_call(nexar_comm_t *comm, uint32_t target, uint32_t fn_id,
-                           const void *request, size_t len, nexar_rpc_response_t **response,
-                           gx_pending *p, gx_err *err);
+nexar_status_t gx_rpc_call(nexar_comm_t *comm, uint32_t target, uint32_t fn_id, const void *request,
+                           size_t len, nexar_rpc_response_t **response, gx_pending *p, gx_err *err);
 
 /* handle == 0 unregisters; otherwise the handler is Go's goNexarServe with
  * handle (a runtime/cgo.Handle) as its user data. */

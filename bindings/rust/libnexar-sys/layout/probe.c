@@ -6,10 +6,15 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define ALIGN(T) offsetof(struct { char c; T t; }, t)
-#define TYPE(T) \
-  printf("    (\"%s\", %zu, %zu),\n", #T, (size_t)sizeof(T), (size_t)ALIGN(T))
-#define FIELD(T, f)                                                    \
+#define ALIGN(T) \
+  offsetof(      \
+      struct {   \
+        char c;  \
+        T t;     \
+      },         \
+      t)
+#define TYPE(T) printf("    (\"%s\", %zu, %zu),\n", #T, (size_t)sizeof(T), (size_t)ALIGN(T))
+#define FIELD(T, f)                                                      \
   printf("    (\"%s.%s\", %zu, %zu),\n", #T, #f, (size_t)offsetof(T, f), \
          (size_t)sizeof(((T *)0)->f))
 #define CONST(c) printf("    (\"%s\", %lld),\n", #c, (long long)(c))
