@@ -14,15 +14,9 @@ echo "== libnexar (build/prefix)"
 scripts/build.sh build
 cmake --install build --prefix "$root/build/prefix" >/dev/null
 
-# nexar.pc carries the prefix chosen at configure time; point a copy at
-# build/prefix for pkg-config ("#cgo pkg-config: nexar").
-pcdir="$root/build/go/pkgconfig"
-mkdir -p "$pcdir"
 pc="$(find "$root/build/prefix" -name nexar.pc -path '*/pkgconfig/*' | head -n1)"
 libdir="$(dirname "$(dirname "$pc")")"
-sed "s|^prefix=.*|prefix=$root/build/prefix|" "$pc" > "$pcdir/nexar.pc"
-
-export PKG_CONFIG_PATH="$pcdir"
+export PKG_CONFIG_PATH="$(dirname "$pc")"
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GOCACHE="$root/build/go/cache" GOPATH="$root/build/go/path"
 export GOPROXY=off GOFLAGS= GOTOOLCHAIN=local CGO_ENABLED=1

@@ -2,10 +2,8 @@
 //!
 //! 1. Library: `NEXAR_LIB_DIR` (and optionally `NEXAR_INCLUDE_DIR`) if set,
 //!    else `pkg-config --libs --cflags nexar` (the `PKG_CONFIG` program,
-//!    honouring `PKG_CONFIG_PATH`). A nexar.pc whose libdir is not where the
-//!    library lies next to it (a prefix installed with `cmake --install
-//!    --prefix` elsewhere than the configured one) is asked again with
-//!    `--define-prefix`, which derives the prefix from the .pc file's location.
+//!    honouring `PKG_CONFIG_PATH`; nexar.pc derives its prefix from where it
+//!    lies, so any `cmake --install --prefix` works).
 //! 2. Layout: `layout/probe.c` is compiled with the C compiler (`CC`, else
 //!    `cc`) against the nexar.h found, and run; its output (sizes, offsets and
 //!    constants as C sees them) becomes `$OUT_DIR/c_layout.rs`, which the unit
@@ -95,7 +93,7 @@ fn find_library() -> Found {
         };
     }
 
-    let first = match pkg_config(&[]) {
+    match pkg_config(&[]) {
         Ok(found) => found,
         Err(why) => panic!(
             "\n\nlibnexar-sys: could not find libnexar with pkg-config: {}\n\
@@ -105,65 +103,6 @@ fn find_library() -> Found {
              directory holding libnexar.so. scripts/test-rust.sh does all of this.\n\n",
             why
         ),
-    };
-    if first.lib_dirs.is_empty() {
-        return first; // a system library directory, which pkg-config leaves out
-    }
-    // A nexar.pc installed with `cmake --install --prefix P` elsewhere than the
-    // configured prefix still names the configured one. When the library lies
-    // next to the .pc file (P/lib/pkgconfig/../libnexar.so) but pkg-config
-    // points elsewhere, the prefix is derived from the .pc file's location.
-    let beside_pc = pc_file_dir().and_then(|d| d.parent().map(Path::to_path_buf));
-    let points_beside = match &beside_pc {
-        Some(dir) => first.lib_dirs.iter().any(|d| same_dir(d, dir)),
-        None => true,
-    };
-    let lib_beside_pc = beside_pc.map(|dir| has_library_in(&dir)).unwrap_or(false);
-    if has_library(&first) && (points_beside || !lib_beside_pc) {
-        return first;
-    }
-    match pkg_config(&["--define-prefix"]) {
-        Ok(relocated) if has_library(&relocated) => relocated,
-        _ => {
-            println!(
-                "cargo:warning=libnexar-sys: pkg-config's libdir {:?} holds no libnexar.so; \
-                 linking may fail",
-                first.lib_dirs
-            );
-            first
-        }
-    }
-}
-
-fn has_library_in(dir: &Path) -> bool {
-    ["libnexar.so", "libnexar.so.0", "libnexar.a"]
-        .iter()
-        .any(|f| dir.join(f).exists())
-}
-
-fn has_library(found: &Found) -> bool {
-    found.lib_dirs.iter().any(|d| has_library_in(d))
-}
-
-fn same_dir(a: &Path, b: &Path) -> bool {
-    match (fs::canonicalize(a), fs::canonicalize(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
-    }
-}
-
-/// The directory holding the nexar.pc that pkg-config uses.
-fn pc_file_dir() -> Option<PathBuf> {
-    let program = env::var("PKG_CONFIG").unwrap_or_else(|_| "pkg-config".to_string());
-    let out = Command::new(program)
-        .args(["--variable=pcfiledir", "nexar"])
-        .output()
-        .ok()?;
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if out.status.success() && !dir.is_empty() {
-        Some(PathBuf::from(dir))
-    } else {
-        None
     }
 }
 
