@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every test
-# (ctest) and the Python binding's tests (scripts/test-python.sh), then builds
+# (ctest) and the Python, Go and Rust bindings' tests (scripts/test-python.sh,
+# test-go.sh, test-rust.sh), then builds
 # again with AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests
 # once more under them, then with ThreadSanitizer.
 set -euo pipefail
@@ -22,6 +23,12 @@ scripts/build.sh build
 
 echo "== python binding (pip install ./bindings/python, pytest)"
 scripts/test-python.sh
+
+echo "== go binding (go test against the installed libnexar)"
+scripts/test-go.sh
+
+echo "== rust binding (cargo test against the installed libnexar)"
+scripts/test-rust.sh
 
 if [ "${NEXAR_SKIP_SANITIZERS:-0}" != "1" ]; then
   echo "== ASan + UBSan build and tests"
