@@ -46,6 +46,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+#[macro_use]
+mod macros;
+
 mod comm;
 mod error;
 mod log;

@@ -89,22 +89,6 @@ macro_rules! duration_setter {
     };
 }
 
-macro_rules! string_setter {
-    ($(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
-        pub fn $name(mut self, value: &str) -> Self {
-            match CString::new(value) {
-                Ok(s) => self.$name = Some(s),
-                Err(_) => {
-                    self.refused =
-                        Some(format!(concat!(stringify!($name), " {:?} contains a NUL byte"), value))
-                }
-            }
-            self
-        }
-    };
-}
-
 impl Options {
     /// nexar's defaults, then the `NEXAR_*` environment variables. Fails
     /// (`InvalidArgument`, naming the variable) on an unparsable variable.

@@ -27,22 +27,6 @@ unsafe impl Send for SeedOptions {}
 // SAFETY: as for Send.
 unsafe impl Sync for SeedOptions {}
 
-macro_rules! seed_string {
-    ($(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
-        pub fn $name(mut self, value: &str) -> Self {
-            match CString::new(value) {
-                Ok(s) => self.$name = Some(s),
-                Err(_) => {
-                    self.refused =
-                        Some(format!(concat!(stringify!($name), " {:?} contains a NUL byte"), value))
-                }
-            }
-            self
-        }
-    };
-}
-
 impl SeedOptions {
     /// Defaults (and environment) for a world of `world_size` workers.
     pub fn new(world_size: u32) -> Result<SeedOptions> {
@@ -73,16 +57,16 @@ impl SeedOptions {
         })
     }
 
-    seed_string!(
+    string_setter!(
         /// `"ip:port"` to bind (default `"127.0.0.1:0"`).
         listen_address);
-    seed_string!(
+    string_setter!(
         /// The token workers must know.
         cluster_token);
-    seed_string!(
+    string_setter!(
         /// A file holding the token (read when no token is set).
         token_file);
-    seed_string!(
+    string_setter!(
         /// Directory of the cluster CA (ca.pem, ca-key.pem), made if absent.
         ca_dir);
 
