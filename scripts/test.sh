@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every test
 # (ctest) and the Python, Go and Rust bindings' tests (scripts/test-python.sh,
-# test-go.sh, test-rust.sh), then builds
+# test-go.sh, test-rust.sh) and the Debian packages (test-deb.sh), then builds
 # again with AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests
 # once more under them, then with ThreadSanitizer.
 set -euo pipefail
@@ -29,6 +29,9 @@ scripts/test-go.sh
 
 echo "== rust binding (cargo test against the installed libnexar)"
 scripts/test-rust.sh
+
+echo "== debian packages (build, apt install, build and run a program against them)"
+scripts/test-deb.sh
 
 if [ "${NEXAR_SKIP_SANITIZERS:-0}" != "1" ]; then
   echo "== ASan + UBSan build and tests"
