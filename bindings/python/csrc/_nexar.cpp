@@ -399,6 +399,12 @@ nexar_op_t check_op(int64_t op, const std::string &name) {
   return static_cast<nexar_op_t>(op);
 }
 
+// A tag or an RPC function id: what nexar takes as uint32_t.
+uint32_t check_u32(int64_t v, const std::string &op, const char *what) {
+  if (v < 0 || v > UINT32_MAX) throw py::value_error(op + ": " + what + " must be in 0..2**32-1");
+  return static_cast<uint32_t>(v);
+}
+
 // ---- RPC handlers -----------------------------------------------------------------
 
 // An RPC response as bytes; frees the response.
@@ -538,12 +544,10 @@ class Communicator {
   // called from inside it).
   void register_rpc(int64_t fn_id, py::object handler) {
     const std::string op = "register_rpc";
-    if (fn_id < 0 || fn_id > UINT32_MAX)
-      throw py::value_error("register_rpc: fn_id must be in 0..2**32-1");
     if (!handler.is_none() && !PyCallable_Check(handler.ptr()))
       throw py::type_error("register_rpc: handler must be callable or None, not " +
                            type_name(handler));
-    const auto id = static_cast<uint32_t>(fn_id);
+    const uint32_t id = check_u32(fn_id, op, "fn_id");
     // Both released with the GIL, after the swap: the replaced one, and the
     // new one if registering failed.
     std::unique_ptr<RpcHandler> fresh, replaced;
@@ -868,11 +872,6 @@ size_t blocks_of(const View &v, uint32_t size, const std::string &op) {
   return v.count / size;
 }
 
-uint32_t check_tag(int64_t tag, const std::string &op) {
-  if (tag < 0 || tag > UINT32_MAX) throw py::value_error(op + ": tag must be in 0..2**32-1");
-  return static_cast<uint32_t>(tag);
-}
-
 using InPlaceFn = nexar_status_t (*)(nexar_comm_t *, const void *, void *, size_t, nexar_dtype_t,
                                      nexar_op_t, nexar_done_fn, void *);
 
@@ -1050,7 +1049,7 @@ py::object send(Communicator &c, py::object buf, int64_t dest, int64_t tag, bool
   const std::string name = "send";
   View v = view_of(buf, false, name, "buf");
   const uint32_t to = c.check_rank(dest, name, "dest");
-  const uint32_t tg = check_tag(tag, name);
+  const uint32_t tg = check_u32(tag, name, "tag");
   const void *d = v.data;
   const size_t n = v.nbytes;
   return c.run(
@@ -1063,7 +1062,7 @@ py::object recv(Communicator &c, py::object buf, int64_t source, int64_t tag, bo
   const std::string name = "recv";
   View v = view_of(buf, true, name, "buf");
   const uint32_t from = c.check_rank(source, name, "source");
-  const uint32_t tg = check_tag(tag, name);
+  const uint32_t tg = check_u32(tag, name, "tag");
   void *d = v.data;
   const size_t n = v.nbytes;
   return c.run(
@@ -1077,8 +1076,7 @@ py::object recv(Communicator &c, py::object buf, int64_t source, int64_t tag, bo
 py::object rpc(Communicator &c, int64_t target, int64_t fn_id, py::object request, bool async_op) {
   const std::string name = "rpc";
   const uint32_t to = c.check_rank(target, name, "target");
-  if (fn_id < 0 || fn_id > UINT32_MAX) throw py::value_error("rpc: fn_id must be in 0..2**32-1");
-  const auto id = static_cast<uint32_t>(fn_id);
+  const uint32_t id = check_u32(fn_id, name, "fn_id");
   View v = view_of(request, false, name, "request");
   const void *d = v.data;
   const size_t n = v.nbytes;
