@@ -20,12 +20,17 @@ namespace {
 
 using Datagram = std::vector<uint8_t>;
 
+Datagram random_bytes(std::mt19937 &rng, size_t n) {
+  Datagram d(n);
+  for (auto &b : d)
+    b = static_cast<uint8_t>(rng());
+  return d;
+}
+
 // A QUIC v1 long header (RFC 9000 section 17.2) with random connection IDs,
 // padded with random bytes to 1200, the size a client Initial must have.
 Datagram long_header_packet(std::mt19937 &rng, uint8_t first, uint32_t version) {
-  Datagram d(1200);
-  for (auto &b : d)
-    b = static_cast<uint8_t>(rng());
+  Datagram d = random_bytes(rng, 1200);
   size_t i = 0;
   d[i++] = first;
   for (int shift = 24; shift >= 0; shift -= 8)
@@ -42,22 +47,16 @@ Datagram long_header_packet(std::mt19937 &rng, uint8_t first, uint32_t version) 
 }
 
 std::vector<Datagram> stray_datagrams(std::mt19937 &rng) {
-  auto random_bytes = [&](size_t n) {
-    Datagram d(n);
-    for (auto &b : d)
-      b = static_cast<uint8_t>(rng());
-    return d;
-  };
   std::vector<Datagram> out;
   out.push_back({0x00});
-  Datagram short_header = random_bytes(1500);
+  Datagram short_header = random_bytes(rng, 1500);
   short_header[0] = static_cast<uint8_t>(0x40 | (short_header[0] & 0x3f));
   out.push_back(short_header);                               // 1-RTT, no such connection
   out.push_back(long_header_packet(rng, 0xc3, 1));           // Initial nobody can open
   out.push_back(long_header_packet(rng, 0xe3, 1));           // Handshake, no such connection
   out.push_back(long_header_packet(rng, 0xc3, 0x1a2a3a4a));  // unknown version
   out.push_back({0xc3, 0, 0, 0, 1, 20});                     // truncated long header
-  out.push_back(random_bytes(65507));                        // the largest UDP datagram
+  out.push_back(random_bytes(rng, 65507));                   // the largest UDP datagram
   return out;
 }
 
