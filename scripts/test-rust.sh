@@ -9,19 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh cargo rustc pkg-config
 
-echo "== libnexar (scripts/build.sh build)"
-scripts/build.sh build
-prefix="$PWD/build/prefix"
-cmake --install build --prefix "$prefix" >/dev/null
-pc="$(find "$prefix" -name nexar.pc -print -quit)"
-lib="$(find "$prefix" -name 'libnexar.so.0' -print -quit)"
-if [ -z "$pc" ] || [ -z "$lib" ]; then
-  echo "test-rust.sh: nexar.pc or libnexar.so.0 missing under $prefix" >&2
-  exit 1
-fi
-
-export PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. scripts/stage-prefix.sh
 export CARGO_TARGET_DIR="$PWD/build/rust-target"
 export CARGO_NET_OFFLINE=true
 
