@@ -1012,7 +1012,8 @@ impl Communicator {
     /// `send` concatenated on `root`, an empty vector elsewhere.
     pub fn gather_async<T: Element>(&self, send: Vec<T>, root: u32) -> Pending<Vec<T>> {
         const OP: &str = "gather";
-        let total = if self.rank == root {
+        let is_root = self.rank == root;
+        let total = if is_root {
             match self.times_size(OP, send.len()) {
                 Ok(n) => n,
                 Err(e) => return Pending::failed(e),
@@ -1020,7 +1021,6 @@ impl Communicator {
         } else {
             0
         };
-        let is_root = self.rank == root;
         let comm = self.as_raw();
         let payload = InOut {
             input: send,
