@@ -76,15 +76,10 @@ func (c *Comm) run(ctx context.Context, a *opArgs) error {
 		ctx = context.Background()
 	}
 	if ctx.Done() == nil {
-		h, err := c.acquire(a.name)
-		if err != nil {
-			return err
-		}
-		e := newErr()
-		st := C.gx_op(C.int(a.kind), h, a.send, a.recv, C.size_t(a.count), C.nexar_dtype_t(a.dtype),
-			C.nexar_op_t(a.redop), C.uint32_t(a.peer), C.uint32_t(a.tag), nil, &e)
-		c.release()
-		return takeErr(a.name, c.rank, st, &e)
+		return c.callC(a.name, func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_status_t {
+			return C.gx_op(C.int(a.kind), h, a.send, a.recv, C.size_t(a.count), C.nexar_dtype_t(a.dtype),
+				C.nexar_op_t(a.redop), C.uint32_t(a.peer), C.uint32_t(a.tag), nil, e)
+		})
 	}
 
 	inPlace := a.send != nil && a.send == a.recv
@@ -212,16 +207,10 @@ func (c *Comm) runAsync(ctx context.Context, op string, bufBytes int,
 	if stage != nil {
 		stage(p.buf)
 	}
-	h, err := c.acquire(op)
-	if err != nil {
-		freePending(p)
-		return err
-	}
-	e := newErr()
-	st := submit(h, p, &e)
-	c.release()
-	if err := takeErr(op, c.rank, st, &e); err != nil {
-		freePending(p) // refused: the callback never runs
+	if err := c.callC(op, func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_status_t {
+		return submit(h, p, e)
+	}); err != nil {
+		freePending(p) // closed or refused: the callback never runs
 		return err
 	}
 

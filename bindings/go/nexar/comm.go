@@ -83,6 +83,20 @@ func (c *Comm) release() {
 	c.mu.Unlock()
 }
 
+// callC makes one call into nexar for op: it acquires the handle (or fails
+// with ErrClosed), calls f with it and an empty gx_err, releases the handle
+// and turns the status and gx_err into an error (nil for NEXAR_OK).
+func (c *Comm) callC(op string, f func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_status_t) error {
+	h, err := c.acquire(op)
+	if err != nil {
+		return err
+	}
+	e := newErr()
+	st := f(h, &e)
+	c.release()
+	return takeErr(op, c.rank, st, &e)
+}
+
 // Close releases the communicator (nexar_comm_destroy). New calls fail with
 // ErrClosed at once; calls already inside nexar finish first (a blocking
 // operation is bounded by nexar's timeouts); operations started on the
@@ -129,13 +143,9 @@ func (c *Comm) Close() error {
 // and tells the peers (nexar_comm_abort). The communicator stays open (every
 // later operation fails) until Close.
 func (c *Comm) Abort() error {
-	h, err := c.acquire("abort")
-	if err != nil {
-		return err
-	}
-	defer c.release()
-	e := newErr()
-	return takeErr("abort", c.rank, C.gx_abort(h, &e), &e)
+	return c.callC("abort", func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_status_t {
+		return C.gx_abort(h, e)
+	})
 }
 
 // AsyncError reports a failure nexar found in the background (a dead peer,
@@ -184,14 +194,10 @@ type Stats struct {
 
 // Stats returns the engine's counters (nexar_comm_get_stats).
 func (c *Comm) Stats() (Stats, error) {
-	h, err := c.acquire("stats")
-	if err != nil {
-		return Stats{}, err
-	}
-	defer c.release()
 	var s C.nexar_stats_t
-	e := newErr()
-	if err := takeErr("stats", c.rank, C.gx_stats(h, &s, &e), &e); err != nil {
+	if err := c.callC("stats", func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_status_t {
+		return C.gx_stats(h, &s, e)
+	}); err != nil {
 		return Stats{}, err
 	}
 	return Stats{
@@ -363,15 +369,10 @@ func (c *Comm) Split(ctx context.Context, color, key uint32) (*Comm, error) {
 		ctx = context.Background()
 	}
 	if ctx.Done() == nil {
-		h, err := c.acquire(op)
-		if err != nil {
-			return nil, err
-		}
 		var out *C.nexar_comm_t
-		e := newErr()
-		st := C.gx_split(h, C.uint32_t(color), C.uint32_t(key), &out, nil, &e)
-		c.release()
-		if err := takeErr(op, c.rank, st, &e); err != nil {
+		if err := c.callC(op, func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_status_t {
+			return C.gx_split(h, C.uint32_t(color), C.uint32_t(key), &out, nil, e)
+		}); err != nil {
 			return nil, err
 		}
 		return newComm(out), nil

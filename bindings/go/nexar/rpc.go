@@ -39,18 +39,13 @@ func (c *Comm) Register(fnID uint32, handler Handler) error {
 	const op = "rpc_register"
 	c.rpcMu.Lock()
 	defer c.rpcMu.Unlock()
-	h, err := c.acquire(op)
-	if err != nil {
-		return err
-	}
 	var fresh cgo.Handle
-	if handler != nil {
-		fresh = cgo.NewHandle(handler)
-	}
-	e := newErr()
-	st := C.gx_rpc_register(h, C.uint32_t(fnID), C.uintptr_t(fresh), &e)
-	c.release()
-	if err := takeErr(op, c.rank, st, &e); err != nil {
+	if err := c.callC(op, func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_status_t {
+		if handler != nil {
+			fresh = cgo.NewHandle(handler)
+		}
+		return C.gx_rpc_register(h, C.uint32_t(fnID), C.uintptr_t(fresh), e)
+	}); err != nil {
 		if fresh != 0 {
 			fresh.Delete()
 		}
@@ -88,15 +83,10 @@ func (c *Comm) Call(ctx context.Context, target int, fnID uint32, req []byte) ([
 		reqp = unsafe.Pointer(&req[0])
 	}
 	if ctx.Done() == nil {
-		h, err := c.acquire(op)
-		if err != nil {
-			return nil, err
-		}
 		var resp *C.nexar_rpc_response_t // Go memory holding a C pointer
-		e := newErr()
-		st := C.gx_rpc_call(h, to, C.uint32_t(fnID), reqp, C.size_t(len(req)), &resp, nil, &e)
-		c.release()
-		if err := takeErr(op, c.rank, st, &e); err != nil {
+		if err := c.callC(op, func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_status_t {
+			return C.gx_rpc_call(h, to, C.uint32_t(fnID), reqp, C.size_t(len(req)), &resp, nil, e)
+		}); err != nil {
 			C.nexar_rpc_response_free(resp)
 			return nil, err
 		}
