@@ -227,57 +227,73 @@ func (c *Comm) Stats() (Stats, error) {
 // defaults are nexar's, after the NEXAR_* environment variables.
 type Option func(*config) error
 
-type config struct {
-	ms       map[string]time.Duration
-	topology string
-}
+// config is the nexar_comm_options_t BootstrapLocal passes to nexar: filled
+// by nexar_comm_options_init, then changed by each Option.
+type config C.nexar_comm_options_t
 
-func durationOption(name string, d time.Duration) Option {
+func durationOption(name string, d time.Duration, field func(*config) *C.uint64_t) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%s must be positive, not %v", name, d)
 		}
-		c.ms[name] = d
+		*field(c) = millis(d)
 		return nil
 	}
 }
 
 // WithCollectiveTimeout bounds every collective but Barrier (default 30 s).
 func WithCollectiveTimeout(d time.Duration) Option {
-	return durationOption("collective timeout", d)
+	return durationOption("collective timeout", d,
+		func(c *config) *C.uint64_t { return &c.collective_timeout_ms })
 }
 
 // WithBarrierTimeout bounds Barrier (default 30 s).
-func WithBarrierTimeout(d time.Duration) Option { return durationOption("barrier timeout", d) }
+func WithBarrierTimeout(d time.Duration) Option {
+	return durationOption("barrier timeout", d,
+		func(c *config) *C.uint64_t { return &c.barrier_timeout_ms })
+}
 
 // WithP2PTimeout bounds Send and Recv (default 300 s).
-func WithP2PTimeout(d time.Duration) Option { return durationOption("p2p timeout", d) }
+func WithP2PTimeout(d time.Duration) Option {
+	return durationOption("p2p timeout", d, func(c *config) *C.uint64_t { return &c.p2p_timeout_ms })
+}
 
 // WithConnectTimeout bounds forming the mesh (default 30 s).
-func WithConnectTimeout(d time.Duration) Option { return durationOption("connect timeout", d) }
+func WithConnectTimeout(d time.Duration) Option {
+	return durationOption("connect timeout", d,
+		func(c *config) *C.uint64_t { return &c.connect_timeout_ms })
+}
 
 // WithHeartbeatInterval sets how often peers are probed (default 1 s).
 func WithHeartbeatInterval(d time.Duration) Option {
-	return durationOption("heartbeat interval", d)
+	return durationOption("heartbeat interval", d,
+		func(c *config) *C.uint64_t { return &c.heartbeat_interval_ms })
 }
 
 // WithHeartbeatTimeout sets after how long a silent peer counts as failed (default 5 s).
 func WithHeartbeatTimeout(d time.Duration) Option {
-	return durationOption("heartbeat timeout", d)
+	return durationOption("heartbeat timeout", d,
+		func(c *config) *C.uint64_t { return &c.heartbeat_timeout_ms })
 }
 
 // WithRPCTimeout bounds each Call (default 30 s).
-func WithRPCTimeout(d time.Duration) Option { return durationOption("rpc timeout", d) }
+func WithRPCTimeout(d time.Duration) Option {
+	return durationOption("rpc timeout", d, func(c *config) *C.uint64_t { return &c.rpc_timeout_ms })
+}
 
 // WithTopology chooses the mesh: "full" (every pair connected, the default)
 // or "ring" (each rank connected to its two neighbours, the rest relayed;
 // see docs/relay.md). Every rank must use the same topology.
 func WithTopology(t string) Option {
 	return func(c *config) error {
-		if t != "full" && t != "ring" {
+		switch t {
+		case "full":
+			c.topology = C.NEXAR_TOPOLOGY_FULL
+		case "ring":
+			c.topology = C.NEXAR_TOPOLOGY_RING
+		default:
 			return fmt.Errorf("topology must be \"full\" or \"ring\", not %q", t)
 		}
-		c.topology = t
 		return nil
 	}
 }
@@ -298,40 +314,15 @@ func BootstrapLocal(n int, opts ...Option) ([]*Comm, error) {
 		return nil, newError(op, -1, ErrInvalidArgument, -1,
 			fmt.Sprintf("the world size must be in 1..1024, not %d", n))
 	}
-	cfg := config{ms: map[string]time.Duration{}}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, newError(op, -1, ErrInvalidArgument, -1, err.Error())
-		}
-	}
 	var o C.nexar_comm_options_t
 	e := newErr()
 	if err := takeErr(op, -1, C.gx_options_init(&o, &e), &e); err != nil {
 		return nil, err
 	}
-	for name, d := range cfg.ms {
-		switch name {
-		case "collective timeout":
-			o.collective_timeout_ms = millis(d)
-		case "barrier timeout":
-			o.barrier_timeout_ms = millis(d)
-		case "p2p timeout":
-			o.p2p_timeout_ms = millis(d)
-		case "connect timeout":
-			o.connect_timeout_ms = millis(d)
-		case "heartbeat interval":
-			o.heartbeat_interval_ms = millis(d)
-		case "heartbeat timeout":
-			o.heartbeat_timeout_ms = millis(d)
-		case "rpc timeout":
-			o.rpc_timeout_ms = millis(d)
+	for _, opt := range opts {
+		if err := opt((*config)(&o)); err != nil {
+			return nil, newError(op, -1, ErrInvalidArgument, -1, err.Error())
 		}
-	}
-	switch cfg.topology {
-	case "full":
-		o.topology = C.NEXAR_TOPOLOGY_FULL
-	case "ring":
-		o.topology = C.NEXAR_TOPOLOGY_RING
 	}
 	handles := make([]*C.nexar_comm_t, n) // Go memory holding C pointers only
 	e = newErr()
