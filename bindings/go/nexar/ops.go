@@ -117,16 +117,17 @@ func Broadcast[T Numeric](ctx context.Context, c *Comm, buf []T, root int) error
 // Reduce reduces buf element-wise with op over every rank into root's buf,
 // in place (nexar_reduce). Other ranks' buf is only read.
 func Reduce[T Numeric](ctx context.Context, c *Comm, buf []T, op Op, root int) error {
-	if root != c.rank {
-		peer, err := c.checkRank("reduce", "root", root)
-		if err != nil {
-			return err
-		}
-		p, n := raw(buf)
-		return c.run(ctx, &opArgs{name: "reduce", kind: gxReduce, send: p, sendN: n,
-			count: len(buf), dtype: dtypeOf[T](), redop: int32(op), peer: uint32(peer)})
+	peer, err := c.checkRank("reduce", "root", root)
+	if err != nil {
+		return err
 	}
-	return inPlace(ctx, c, "reduce", gxReduce, buf, op, root)
+	p, n := raw(buf)
+	a := &opArgs{name: "reduce", kind: gxReduce, send: p, sendN: n, count: len(buf),
+		dtype: dtypeOf[T](), redop: int32(op), peer: uint32(peer)}
+	if root == c.rank {
+		a.recv, a.recvN = p, n // in place on the root
+	}
+	return c.run(ctx, a)
 }
 
 // Scan is the inclusive prefix reduction over ranks, in place: rank r's buf
