@@ -101,9 +101,11 @@ func (c *Comm) callC(op string, f func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_s
 // ErrClosed at once; calls already inside nexar finish first (a blocking
 // operation is bounded by nexar's timeouts); operations started on the
 // cancellable path and still pending complete with ErrClosed; RPC handlers
-// are unregistered. Close is idempotent and safe to call from several
-// goroutines: every call returns once the communicator is closed. It must
-// not be called from inside an RPC handler.
+// are unregistered. Close is safe to call from several goroutines: every
+// call returns once the communicator is closed. The call that closed it
+// returns nil; any other (a second Close, or one that came while the first
+// was closing) returns an *Error with ErrClosed, like every other method
+// after Close. It must not be called from inside an RPC handler.
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closing {
@@ -111,7 +113,7 @@ func (c *Comm) Close() error {
 			c.cond.Wait()
 		}
 		c.mu.Unlock()
-		return nil
+		return newError("close", c.rank, ErrClosed, -1, "the communicator is already closed")
 	}
 	c.closing = true
 	for c.inflight > 0 {

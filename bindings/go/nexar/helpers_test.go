@@ -2,6 +2,7 @@ package nexar_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -18,7 +19,7 @@ const (
 )
 
 // world makes an in-process world of n ranks (real QUIC over loopback),
-// closed when the test ends.
+// closed when the test ends (unless the test closed them itself).
 func world(t *testing.T, n int, opts ...nexar.Option) []*nexar.Comm {
 	t.Helper()
 	base := []nexar.Option{
@@ -35,7 +36,7 @@ func world(t *testing.T, n int, opts ...nexar.Option) []*nexar.Comm {
 	}
 	t.Cleanup(func() {
 		for _, c := range comms {
-			if err := c.Close(); err != nil {
+			if err := c.Close(); err != nil && !errors.Is(err, nexar.ErrClosed) {
 				t.Errorf("Close: %v", err)
 			}
 		}

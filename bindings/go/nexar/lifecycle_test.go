@@ -3,6 +3,7 @@ package nexar_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,22 +11,51 @@ import (
 	"github.com/nexar-project/nexar/bindings/go/nexar"
 )
 
-func TestCloseIdempotentAndClosedErrors(t *testing.T) {
+// closedByClose checks the error of a Close that did not close the
+// communicator: ErrClosed, naming "close" and the rank.
+func closedByClose(err error, rank int) error {
+	var ne *nexar.Error
+	if !errors.Is(err, nexar.ErrClosed) || !errors.As(err, &ne) || ne.Op != "close" || ne.Rank != rank {
+		return fmt.Errorf("got %v, want ErrClosed naming close on rank %d", err, rank)
+	}
+	return nil
+}
+
+func TestCloseOnceAndClosedErrors(t *testing.T) {
 	comms := world(t, 2)
 	c := comms[0]
+	// Concurrent Close calls all return once it is closed: the one that
+	// closed it nil, the others ErrClosed.
+	errs := make(chan error, 4)
 	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ { // concurrent Close calls all return nil
+	for i := 0; i < 4; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.Close(); err != nil {
-				t.Error(err)
-			}
+			errs <- c.Close()
 		}()
 	}
 	within(t, 10*time.Second, "concurrent Close", wg.Wait)
-	if err := c.Close(); err != nil {
+	close(errs)
+	closers := 0
+	for err := range errs {
+		if err == nil {
+			closers++
+		} else if e := closedByClose(err, 0); e != nil {
+			t.Errorf("a concurrent Close: %v", e)
+		}
+	}
+	if closers != 1 {
+		t.Fatalf("%d of 4 concurrent Close calls returned nil, want 1", closers)
+	}
+	if err := closedByClose(c.Close(), 0); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+	if err := comms[1].Close(); err != nil {
+		t.Fatalf("first Close of rank 1: %v", err)
+	}
+	if err := closedByClose(comms[1].Close(), 1); err != nil {
+		t.Fatalf("second Close of rank 1: %v", err)
 	}
 	if c.Rank() != 0 || c.Size() != 2 {
 		t.Fatalf("Rank/Size after Close: %d/%d", c.Rank(), c.Size())
@@ -67,8 +97,8 @@ func TestCloseWaitsForBlockingCall(t *testing.T) {
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- nexar.Recv(context.Background(), comms[0], make([]byte, 3), 1, 4) }()
 	waitFor(t, "the blocking recv to enter nexar", func() bool { return nexar.InFlight(comms[0]) == 1 })
-	closed := make(chan struct{})
-	go func() { comms[0].Close(); close(closed) }()
+	closed := make(chan error, 1)
+	go func() { closed <- comms[0].Close() }()
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a blocking call was inside nexar")
@@ -88,7 +118,10 @@ func TestCloseWaitsForBlockingCall(t *testing.T) {
 		t.Fatal("the recv did not complete")
 	}
 	select {
-	case <-closed:
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
 	case <-time.After(rankDeadline):
 		t.Fatal("Close did not return after the call finished")
 	}

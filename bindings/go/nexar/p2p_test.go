@@ -184,7 +184,11 @@ func TestClosePendingRecv(t *testing.T) {
 	go func() { errc <- nexar.Recv(ctx, comms[0], make([]float32, 4), 1, 3) }()
 	waitFor(t, "the recv to be posted", func() bool { return nexar.LivePending() > base })
 	time.Sleep(50 * time.Millisecond)
-	within(t, 10*time.Second, "Close", func() { comms[0].Close() })
+	within(t, 10*time.Second, "Close", func() {
+		if err := comms[0].Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	select {
 	case err := <-errc:
 		if !errors.Is(err, nexar.ErrClosed) {
