@@ -220,14 +220,27 @@ func TestGather(t *testing.T) {
 		onEach(t, comms, func(c *nexar.Comm) error {
 			r := c.Rank()
 			in := []float64{float64(r), -float64(r) - 0.5}
+			// Off the root out is ignored: rank 1 passes one as long as the
+			// root's, which must come back untouched, rank 2 nil.
 			var out []float64
-			if r == 0 {
+			if r <= 1 {
 				out = make([]float64, 2*n)
+				for i := range out {
+					out[i] = 99
+				}
 			}
 			if err := nexar.Gather(ctx, c, in, out, 0); err != nil {
 				return err
 			}
+			if err := equal(in, []float64{float64(r), -float64(r) - 0.5}); err != nil {
+				return fmt.Errorf("in was written: %v", err) // only read, on every rank
+			}
 			if r != 0 {
+				for i, v := range out {
+					if v != 99 {
+						return fmt.Errorf("out was written off the root: element %d is %v (%v)", i, v, out)
+					}
+				}
 				return nil
 			}
 			want := make([]float64, 0, 2*n)
