@@ -9,6 +9,7 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"log"
 	"runtime/cgo"
 	"sync"
 	"sync/atomic"
@@ -117,6 +118,7 @@ func (c *Comm) run(ctx context.Context, a *opArgs) error {
 // waiter is the Go side of one operation on the cancellable path, reached
 // from nexar's completion thread through a cgo.Handle in gx_pending.handle.
 type waiter struct {
+	op        string // the operation, for the message of a panic in goNexarDone
 	mu        sync.Mutex
 	ch        chan struct{} // closed on completion, unless abandoned
 	done      bool          // the completion arrived
@@ -130,8 +132,8 @@ type waiter struct {
 var livePending atomic.Int64
 
 // newPending allocates a gx_pending (and bufBytes of staging memory at
-// p.buf) with a new waiter.
-func newPending(bufBytes int) (*C.gx_pending, *waiter, bool) {
+// p.buf) with a new waiter for op.
+func newPending(op string, bufBytes int) (*C.gx_pending, *waiter, bool) {
 	p := (*C.gx_pending)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gx_pending{}))))
 	if p == nil {
 		return nil, nil, false
@@ -143,7 +145,7 @@ func newPending(bufBytes int) (*C.gx_pending, *waiter, bool) {
 			return nil, nil, false
 		}
 	}
-	w := &waiter{ch: make(chan struct{}), failed: -1}
+	w := &waiter{op: op, ch: make(chan struct{}), failed: -1}
 	p.handle = C.uintptr_t(cgo.NewHandle(w))
 	livePending.Add(1)
 	return p, w, true
@@ -166,25 +168,63 @@ func freePending(p *C.gx_pending) {
 	livePending.Add(-1)
 }
 
+// doneHook, when set, runs in goNexarDone with the operation's name before
+// its outcome is recorded (the tests make it panic).
+var doneHook atomic.Pointer[func(op string)]
+
 // goNexarDone is every completion of the cancellable path, on nexar's
 // completion thread (through gx_done in shim.c). It must not block: it
 // records the outcome and wakes the caller, or frees everything when the
-// caller has left.
+// caller has left. Nothing may unwind into C: a panic is recovered by
+// donePanicked.
 //
 //export goNexarDone
 func goNexarDone(p *C.gx_pending, status C.nexar_status_t, failed C.int32_t, msg *C.char) {
+	defer func() {
+		if r := recover(); r != nil {
+			donePanicked(p, r)
+		}
+	}()
 	w := cgo.Handle(p.handle).Value().(*waiter)
-	m := C.GoString(msg)
+	if h := doneHook.Load(); h != nil {
+		(*h)(w.op)
+	}
+	w.complete(p, status, int(failed), C.GoString(msg))
+}
+
+// complete records the outcome and wakes the caller, or frees p when the
+// caller has left. It reports false, and changes nothing, when an outcome
+// was recorded already.
+func (w *waiter) complete(p *C.gx_pending, status C.nexar_status_t, failed int, msg string) bool {
 	w.mu.Lock()
-	w.status, w.failed, w.msg = status, int(failed), m
+	defer w.mu.Unlock() // held through a panic too
+	if w.done {
+		return false
+	}
+	w.status, w.failed, w.msg = status, failed, msg
 	w.done = true
-	abandoned := w.abandoned
-	if !abandoned {
+	if w.abandoned {
+		freePending(p) // nobody else holds p or w any more
+	} else {
 		close(w.ch)
 	}
-	w.mu.Unlock()
-	if abandoned {
-		freePending(p)
+	return true
+}
+
+// donePanicked handles a panic in goNexarDone (a bug in the binding): the
+// operation completes with ErrInternal naming the panic (its caller gets
+// it, or it is freed when the caller has left). When its outcome was
+// recorded already, or completing it panics too, the panic is logged.
+func donePanicked(p *C.gx_pending, r any) {
+	msg := fmt.Sprintf("panic in the Go completion callback: %v", r)
+	defer func() {
+		if r2 := recover(); r2 != nil {
+			log.Printf("nexar: %s; completing the operation panicked too: %v", msg, r2)
+		}
+	}()
+	w := cgo.Handle(p.handle).Value().(*waiter)
+	if !w.complete(p, C.NEXAR_ERR_INTERNAL, -1, msg) {
+		log.Printf("nexar: %s of %s, after its outcome was recorded", msg, w.op)
 	}
 }
 
@@ -199,7 +239,7 @@ func (c *Comm) runAsync(ctx context.Context, op string, bufBytes int,
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("nexar: %s on rank %d not started: %w", op, c.rank, err)
 	}
-	p, w, ok := newPending(bufBytes)
+	p, w, ok := newPending(op, bufBytes)
 	if !ok {
 		return newError(op, c.rank, ErrNoMemory, -1,
 			fmt.Sprintf("cannot allocate %d bytes to stage the operation", bufBytes))

@@ -37,7 +37,7 @@ const (
 	ErrUnsupported      Status = C.NEXAR_ERR_UNSUPPORTED        // not supported here
 	ErrNotFound         Status = C.NEXAR_ERR_NOT_FOUND          // nothing found (e.g. InitFromEnv's environment)
 	ErrWouldDeadlock    Status = C.NEXAR_ERR_WOULD_DEADLOCK     // a blocking call inside a callback or RPC handler
-	ErrInternal         Status = C.NEXAR_ERR_INTERNAL           // a bug, or a panic in a Go RPC handler
+	ErrInternal         Status = C.NEXAR_ERR_INTERNAL           // a bug, or a panic in a Go RPC handler or completion callback
 	ErrRPCNotRegistered Status = C.NEXAR_ERR_RPC_NOT_REGISTERED // the target serves no handler for that function
 	ErrRPCFailed        Status = C.NEXAR_ERR_RPC_FAILED         // the target's handler returned an error
 )

@@ -1,5 +1,7 @@
 package nexar
 
+import "sync/atomic"
+
 // LivePending is the number of cancellable-path records not yet freed.
 func LivePending() int64 { return livePending.Load() }
 
@@ -8,4 +10,21 @@ func InFlight(c *Comm) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.inflight
+}
+
+// PanicInCompletion makes goNexarDone panic once, in the next completion of
+// an operation named op, before the outcome is recorded. The returned func
+// removes the hook and reports whether it panicked.
+func PanicInCompletion(op string) (undo func() (fired bool)) {
+	var fired atomic.Bool
+	f := func(name string) {
+		if name == op && fired.CompareAndSwap(false, true) {
+			panic("test panic in the completion of " + op)
+		}
+	}
+	doneHook.Store(&f)
+	return func() bool {
+		doneHook.Store(nil)
+		return fired.Load()
+	}
 }

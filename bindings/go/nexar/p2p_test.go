@@ -199,6 +199,63 @@ func TestClosePendingRecv(t *testing.T) {
 	}
 }
 
+// A panic in goNexarDone (made by a test hook) does not unwind into C: the
+// operation fails with ErrInternal naming the panic, or, when its caller has
+// left, is freed all the same; the world stays usable.
+func TestCompletionPanic(t *testing.T) {
+	comms := world(t, 2)
+	base := nexar.LivePending()
+	ctx, cancel := context.WithTimeout(context.Background(), rankDeadline)
+	defer cancel()
+
+	undo := nexar.PanicInCompletion("recv")
+	var recvErr error
+	onEach(t, comms, func(c *nexar.Comm) error {
+		if c.Rank() == 1 {
+			return nexar.Send(ctx, c, []int32{1, 2}, 0, 30)
+		}
+		buf := []int32{-1, -1}
+		recvErr = nexar.Recv(ctx, c, buf, 1, 30)
+		return equal(buf, []int32{-1, -1}) // a failed operation writes nothing
+	})
+	if !undo() {
+		t.Fatal("the completion hook did not panic")
+	}
+	var ne *nexar.Error
+	if !errors.Is(recvErr, nexar.ErrInternal) || !errors.As(recvErr, &ne) || ne.Op != "recv" || ne.Rank != 0 {
+		t.Fatalf("Recv whose completion panicked: got %v, want ErrInternal naming recv on rank 0", recvErr)
+	}
+	for _, want := range []string{"panic", "test panic in the completion of recv"} {
+		if !contains(ne.Message, want) {
+			t.Errorf("message %q does not mention %q", ne.Message, want)
+		}
+	}
+	waitFor(t, "the recv's memory to be freed", func() bool { return nexar.LivePending() == base })
+
+	// The caller has left (its deadline passed) when the completion panics.
+	undo = nexar.PanicInCompletion("recv")
+	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelShort()
+	if err := nexar.Recv(short, comms[0], make([]int32, 2), 1, 31); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Recv: got %v, want context.DeadlineExceeded", err)
+	}
+	if err := nexar.Send(context.Background(), comms[1], []int32{3, 4}, 0, 31); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the abandoned recv's memory to be freed", func() bool { return nexar.LivePending() == base })
+	if !undo() {
+		t.Fatal("the completion hook did not panic for the abandoned recv")
+	}
+
+	onEach(t, comms, func(c *nexar.Comm) error {
+		buf := []int32{int32(c.Rank())}
+		if err := nexar.AllReduce(ctx, c, buf, nexar.Sum); err != nil {
+			return err
+		}
+		return equal(buf, []int32{1})
+	})
+}
+
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 // waitFor polls cond until it holds, for up to 10 s.
