@@ -225,17 +225,28 @@ impl Communicator {
         Communicator::made(OP, st, out)
     }
 
+    /// The communicator a creating call (status `st`) wrote to `out`.
     fn made(op: &'static str, st: i32, out: *mut sys::nexar_comm_t) -> Result<Communicator> {
         if st != sys::NEXAR_OK {
             return Err(Error::last(st, op, None));
         }
+        Communicator::adopt(op, None, out)
+    }
+
+    /// Takes ownership of the handle a creating call that returned NEXAR_OK
+    /// wrote to `out` (`rank`: the rank of the communicator it was called on).
+    fn adopt(
+        op: &'static str,
+        rank: Option<u32>,
+        out: *mut sys::nexar_comm_t,
+    ) -> Result<Communicator> {
         match NonNull::new(out) {
             // SAFETY: a fresh handle from nexar, owned by nobody else.
             Some(h) => Ok(unsafe { Communicator::from_raw(h) }),
             None => Err(Error::new(
                 Status::Internal,
                 op,
-                None,
+                rank,
                 None,
                 "nexar returned NEXAR_OK without a handle".into(),
             )),
@@ -309,11 +320,7 @@ impl Communicator {
             sys::nexar_comm_split(self.as_raw(), color, key, &mut out, None, ptr::null_mut())
         };
         self.check("split", st)?;
-        match NonNull::new(out) {
-            // SAFETY: a fresh handle, owned by nobody else.
-            Some(h) => Ok(unsafe { Communicator::from_raw(h) }),
-            None => Err(self.error(Status::Internal, "split", "no handle returned".into())),
-        }
+        Communicator::adopt("split", Some(self.rank), out)
     }
 
     /// Polled mode ([`CompletionMode::Polled`](crate::CompletionMode::Polled)):
