@@ -2,7 +2,9 @@
 
 use crate::error::{Error, Result, Status};
 use crate::options::Options;
-use crate::pending::{self, in_callback, lock, InOut, InPlace, Nothing, Pending};
+use crate::pending::{
+    self, in_callback, lock_unless_in_callback, InOut, InPlace, Nothing, Pending,
+};
 use crate::rpc::{self, HandlerBox, Handlers, RpcPayload, RpcResult};
 use crate::types::{Element, Op};
 use libnexar_sys as sys;
@@ -10,7 +12,7 @@ use std::fmt;
 use std::mem::{size_of, ManuallyDrop};
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
-use std::sync::{Mutex, TryLockError};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// One rank's view of a group of processes (`nexar_comm_t`).
@@ -782,23 +784,17 @@ impl Communicator {
         // nexar_rpc_register (outside callbacks) waits for a running call of
         // the handler it replaces; that handler may itself be registering
         // here, so inside a callback the lock is only tried.
-        let mut table = if inside {
-            match self.rpc.try_lock() {
-                Ok(g) => g,
-                Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    return Err(self.error(
-                        Status::WouldDeadlock,
-                        op,
-                        format!(
-                        "{}: another thread is (un)registering an RPC handler on this communicator \
-                         and may be waiting for this callback to end", op),
-                    ))
-                }
-            }
-        } else {
-            lock(&self.rpc)
-        };
+        let mut table = lock_unless_in_callback(&self.rpc).ok_or_else(|| {
+            self.error(
+                Status::WouldDeadlock,
+                op,
+                format!(
+                    "{}: another thread is (un)registering an RPC handler on this communicator \
+                     and may be waiting for this callback to end",
+                    op
+                ),
+            )
+        })?;
         let (handler, user_data): (sys::nexar_rpc_handler_fn, *mut c_void) = match &fresh {
             Some(b) => (
                 Some(rpc::rpc_trampoline),

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::os::raw::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
@@ -52,6 +52,21 @@ pub fn in_callback() -> bool {
 /// Locks, ignoring poison: every critical section here leaves consistent data.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// [`lock`] for the tables of replaceable callbacks (RPC handlers, the log
+/// handler), whose holder may be waiting for a running callback to end: on a
+/// thread inside one of nexar's callbacks the lock is only tried, never
+/// waited for. `None` when it is held there.
+pub(crate) fn lock_unless_in_callback<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    if !in_callback() {
+        return Some(lock(m));
+    }
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
 }
 
 // ---- Payloads: what an operation owns ---------------------------------------------
