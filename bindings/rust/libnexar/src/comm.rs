@@ -388,6 +388,22 @@ impl Communicator {
         })
     }
 
+    /// The elements per rank of a buffer of `n` elements (`what`) that holds
+    /// one equal block for each rank.
+    fn block_len(&self, op: &'static str, what: &str, n: usize) -> Result<usize> {
+        let ranks = self.size as usize;
+        if n % ranks != 0 {
+            return Err(self.invalid(
+                op,
+                format!(
+                    "{} holds {} elements, not a multiple of the {} ranks",
+                    what, n, self.size
+                ),
+            ));
+        }
+        Ok(n / ranks)
+    }
+
     fn byte_len<T>(&self, op: &'static str, n: usize) -> Result<usize> {
         n.checked_mul(size_of::<T>())
             .ok_or_else(|| self.invalid(op, format!("{} elements overflow a byte count", n)))
@@ -522,12 +538,17 @@ impl Communicator {
     /// `recv`'s block i comes from rank i (`recv.len() == send.len()`).
     pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         const OP: &str = "all_to_all";
-        if send.len() != recv.len() || send.len() % self.size as usize != 0 {
-            return Err(self.invalid(OP, format!(
-                "send ({}) and recv ({}) must hold the same number of elements, a multiple of the {} ranks",
-                send.len(), recv.len(), self.size)));
+        if send.len() != recv.len() {
+            return Err(self.invalid(
+                OP,
+                format!(
+                    "send ({}) and recv ({}) must hold the same number of elements",
+                    send.len(),
+                    recv.len()
+                ),
+            ));
         }
-        let block = send.len() / self.size as usize;
+        let block = self.block_len(OP, "send", send.len())?;
         // SAFETY: lengths checked; blocking call; no overlap.
         let st = unsafe {
             sys::nexar_alltoall(
@@ -941,17 +962,10 @@ impl Communicator {
     /// `send` holds `size()` blocks; yields this rank's reduced block.
     pub fn reduce_scatter_async<T: Element>(&self, send: Vec<T>, op: Op) -> Pending<Vec<T>> {
         const OP: &str = "reduce_scatter";
-        if send.len() % self.size as usize != 0 {
-            return Pending::failed(self.invalid(
-                OP,
-                format!(
-                    "send holds {} elements, not a multiple of the {} ranks",
-                    send.len(),
-                    self.size
-                ),
-            ));
-        }
-        let block = send.len() / self.size as usize;
+        let block = match self.block_len(OP, "send", send.len()) {
+            Ok(b) => b,
+            Err(e) => return Pending::failed(e),
+        };
         let comm = self.as_raw();
         let payload = InOut {
             input: send,
@@ -982,17 +996,10 @@ impl Communicator {
     /// vector whose block i came from rank i.
     pub fn all_to_all_async<T: Element>(&self, send: Vec<T>) -> Pending<Vec<T>> {
         const OP: &str = "all_to_all";
-        if send.len() % self.size as usize != 0 {
-            return Pending::failed(self.invalid(
-                OP,
-                format!(
-                    "send holds {} elements, not a multiple of the {} ranks",
-                    send.len(),
-                    self.size
-                ),
-            ));
-        }
-        let block = send.len() / self.size as usize;
+        let block = match self.block_len(OP, "send", send.len()) {
+            Ok(b) => b,
+            Err(e) => return Pending::failed(e),
+        };
         let comm = self.as_raw();
         let payload = InOut {
             output: vec![T::ZERO; send.len()],
