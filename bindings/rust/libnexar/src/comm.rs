@@ -404,6 +404,37 @@ impl Communicator {
         Ok(n / ranks)
     }
 
+    /// A blocking operation on one buffer, read and written in place:
+    /// `call(d, n, done, user_data)` calls nexar with `done == None` on
+    /// `d[0..n)`, which is `buf`, exclusively borrowed until it returns.
+    fn in_place<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut [T],
+        call: impl FnOnce(*mut c_void, usize, sys::nexar_done_fn, *mut c_void) -> i32,
+    ) -> Result<()> {
+        let st = call(void_mut(buf.as_mut_ptr()), buf.len(), None, ptr::null_mut());
+        self.check(op, st)
+    }
+
+    /// [`in_place`](Communicator::in_place) without blocking: `d[0..n)` is
+    /// `buf`, owned by the shared record until `done` has run; the future
+    /// gives it back.
+    fn in_place_async<T: Element>(
+        &self,
+        op: &'static str,
+        buf: Vec<T>,
+        call: impl FnOnce(*mut c_void, usize, sys::nexar_done_fn, *mut c_void) -> i32,
+    ) -> Pending<Vec<T>> {
+        pending::submit(
+            op,
+            self.rank,
+            InPlace(buf),
+            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
+            |(d, n), done, ud| call(d, n, done, ud),
+        )
+    }
+
     fn byte_len<T>(&self, op: &'static str, n: usize) -> Result<usize> {
         n.checked_mul(size_of::<T>())
             .ok_or_else(|| self.invalid(op, format!("{} elements overflow a byte count", n)))
@@ -414,60 +445,30 @@ impl Communicator {
     /// Reduces `buf` element-wise over every rank, in place; every rank ends
     /// with the result (floats bit-identical everywhere).
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: Op) -> Result<()> {
-        let p = void_mut(buf.as_mut_ptr());
-        // SAFETY: p[0..len) is valid and exclusively borrowed for the blocking
-        // call; sendbuf == recvbuf means in place.
-        let st = unsafe {
-            sys::nexar_allreduce(
-                self.as_raw(),
-                p,
-                p,
-                buf.len(),
-                T::DTYPE.code(),
-                op.code(),
-                None,
-                ptr::null_mut(),
-            )
-        };
-        self.check("all_reduce", st)
+        let comm = self.as_raw();
+        self.in_place("all_reduce", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place guarantees; sendbuf == recvbuf means in place.
+            unsafe { sys::nexar_allreduce(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// Copies `root`'s `buf` into every rank's `buf`.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: u32) -> Result<()> {
-        // SAFETY: buf is valid and exclusively borrowed for the blocking call.
-        let st = unsafe {
-            sys::nexar_broadcast(
-                self.as_raw(),
-                void_mut(buf.as_mut_ptr()),
-                buf.len(),
-                T::DTYPE.code(),
-                root,
-                None,
-                ptr::null_mut(),
-            )
-        };
-        self.check("broadcast", st)
+        let comm = self.as_raw();
+        self.in_place("broadcast", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place guarantees.
+            unsafe { sys::nexar_broadcast(comm, d, n, T::DTYPE.code(), root, done, ud) }
+        })
     }
 
     /// Reduces `buf` over every rank into `root`'s `buf`, in place; the other
     /// ranks' `buf` is left as it was.
     pub fn reduce<T: Element>(&self, buf: &mut [T], op: Op, root: u32) -> Result<()> {
-        let p = void_mut(buf.as_mut_ptr());
-        // SAFETY: as all_reduce; in place.
-        let st = unsafe {
-            sys::nexar_reduce(
-                self.as_raw(),
-                p,
-                p,
-                buf.len(),
-                T::DTYPE.code(),
-                op.code(),
-                root,
-                None,
-                ptr::null_mut(),
-            )
-        };
-        self.check("reduce", st)
+        let comm = self.as_raw();
+        self.in_place("reduce", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place guarantees; in place.
+            unsafe { sys::nexar_reduce(comm, d, d, n, T::DTYPE.code(), op.code(), root, done, ud) }
+        })
     }
 
     /// Every rank's `send`, concatenated in rank order, into `recv`
@@ -644,41 +645,21 @@ impl Communicator {
     /// Inclusive prefix reduction over ranks, in place: rank r ends with
     /// buf(0) op ... op buf(r).
     pub fn scan<T: Element>(&self, buf: &mut [T], op: Op) -> Result<()> {
-        let p = void_mut(buf.as_mut_ptr());
-        // SAFETY: as all_reduce; in place.
-        let st = unsafe {
-            sys::nexar_scan(
-                self.as_raw(),
-                p,
-                p,
-                buf.len(),
-                T::DTYPE.code(),
-                op.code(),
-                None,
-                ptr::null_mut(),
-            )
-        };
-        self.check("scan", st)
+        let comm = self.as_raw();
+        self.in_place("scan", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place guarantees; in place.
+            unsafe { sys::nexar_scan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// Exclusive prefix reduction over ranks, in place: rank r ends with
     /// buf(0) op ... op buf(r-1); rank 0's `buf` is left as it was.
     pub fn exscan<T: Element>(&self, buf: &mut [T], op: Op) -> Result<()> {
-        let p = void_mut(buf.as_mut_ptr());
-        // SAFETY: as all_reduce; in place.
-        let st = unsafe {
-            sys::nexar_exscan(
-                self.as_raw(),
-                p,
-                p,
-                buf.len(),
-                T::DTYPE.code(),
-                op.code(),
-                None,
-                ptr::null_mut(),
-            )
-        };
-        self.check("exscan", st)
+        let comm = self.as_raw();
+        self.in_place("exscan", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place guarantees; in place.
+            unsafe { sys::nexar_exscan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// Returns once every rank has entered the barrier.
@@ -851,79 +832,46 @@ impl Communicator {
     /// buffer and gives it back, reduced.
     pub fn all_reduce_async<T: Element>(&self, buf: Vec<T>, op: Op) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit(
-            "all_reduce",
-            self.rank,
-            InPlace(buf),
-            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
-            |(d, n), done, ud| {
-                // SAFETY: d[0..n) is owned by the shared record, which lives
-                // until done has run.
-                unsafe { sys::nexar_allreduce(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
-            },
-        )
+        self.in_place_async("all_reduce", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place_async guarantees; in place.
+            unsafe { sys::nexar_allreduce(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// [`broadcast`](Communicator::broadcast) without blocking.
     pub fn broadcast_async<T: Element>(&self, buf: Vec<T>, root: u32) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit(
-            "broadcast",
-            self.rank,
-            InPlace(buf),
-            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
-            |(d, n), done, ud| {
-                // SAFETY: the buffer lives in the shared record until done ran.
-                unsafe { sys::nexar_broadcast(comm, d, n, T::DTYPE.code(), root, done, ud) }
-            },
-        )
+        self.in_place_async("broadcast", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place_async guarantees.
+            unsafe { sys::nexar_broadcast(comm, d, n, T::DTYPE.code(), root, done, ud) }
+        })
     }
 
     /// [`reduce`](Communicator::reduce) without blocking.
     pub fn reduce_async<T: Element>(&self, buf: Vec<T>, op: Op, root: u32) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit(
-            "reduce",
-            self.rank,
-            InPlace(buf),
-            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
-            |(d, n), done, ud| {
-                // SAFETY: the buffer lives in the shared record until done ran.
-                unsafe {
-                    sys::nexar_reduce(comm, d, d, n, T::DTYPE.code(), op.code(), root, done, ud)
-                }
-            },
-        )
+        self.in_place_async("reduce", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place_async guarantees; in place.
+            unsafe { sys::nexar_reduce(comm, d, d, n, T::DTYPE.code(), op.code(), root, done, ud) }
+        })
     }
 
     /// [`scan`](Communicator::scan) without blocking.
     pub fn scan_async<T: Element>(&self, buf: Vec<T>, op: Op) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit(
-            "scan",
-            self.rank,
-            InPlace(buf),
-            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
-            |(d, n), done, ud| {
-                // SAFETY: the buffer lives in the shared record until done ran.
-                unsafe { sys::nexar_scan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
-            },
-        )
+        self.in_place_async("scan", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place_async guarantees; in place.
+            unsafe { sys::nexar_scan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// [`exscan`](Communicator::exscan) without blocking.
     pub fn exscan_async<T: Element>(&self, buf: Vec<T>, op: Op) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit(
-            "exscan",
-            self.rank,
-            InPlace(buf),
-            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
-            |(d, n), done, ud| {
-                // SAFETY: the buffer lives in the shared record until done ran.
-                unsafe { sys::nexar_exscan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
-            },
-        )
+        self.in_place_async("exscan", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place_async guarantees; in place.
+            unsafe { sys::nexar_exscan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// [`all_gather`](Communicator::all_gather) without blocking: yields a new
