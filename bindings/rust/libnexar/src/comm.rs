@@ -3,7 +3,7 @@
 use crate::error::{Error, Result, Status};
 use crate::options::Options;
 use crate::pending::{
-    self, in_callback, lock_unless_in_callback, InOut, InPlace, Nothing, Pending,
+    self, in_callback, lock_unless_in_callback, InOut, InPlace, Nothing, Payload, Pending,
 };
 use crate::rpc::{self, HandlerBox, Handlers, RpcPayload, RpcResult};
 use crate::types::{Element, Op};
@@ -20,8 +20,9 @@ use std::time::Duration;
 /// Made by [`bootstrap_local`](Communicator::bootstrap_local) (a whole world
 /// inside this process), [`init_from_env`](Communicator::init_from_env) or
 /// [`join`](Communicator::join) (one rank of a cluster), or
-/// [`split`](Communicator::split). Dropping it destroys the handle: pending
-/// operations complete with [`Status::Closed`] first.
+/// [`split`](Communicator::split) ([`split_async`](Communicator::split_async)).
+/// Dropping it destroys the handle: pending operations complete with
+/// [`Status::Closed`] first.
 ///
 /// Every method takes `&self` and may be called from any thread at once
 /// (`Communicator` is `Send + Sync`; share it with `Arc` or scoped threads).
@@ -323,6 +324,25 @@ impl Communicator {
         };
         self.check("split", st)?;
         Communicator::adopt("split", Some(self.rank), out)
+    }
+
+    /// [`split`](Communicator::split) without blocking; yields the new
+    /// communicator. It takes its place in the collective order like `split`
+    /// (ranks may mix the two). Dropping the future early is safe: a
+    /// communicator made after that is destroyed.
+    pub fn split_async(&self, color: u32, key: u32) -> Pending<Communicator> {
+        let comm = self.as_raw();
+        pending::submit(
+            "split",
+            self.rank,
+            SplitPayload::new(),
+            |p| p.slot,
+            |slot, done, ud| {
+                // SAFETY: a live handle; the slot lives in the shared record
+                // until done ran (nexar writes it before).
+                unsafe { sys::nexar_comm_split(comm, color, key, slot, done, ud) }
+            },
+        )
     }
 
     /// Polled mode ([`CompletionMode::Polled`](crate::CompletionMode::Polled)):
@@ -1158,6 +1178,55 @@ impl Drop for Communicator {
             unsafe { sys::nexar_comm_destroy(raw.0.as_ptr()) };
             drop(handlers);
         }
+    }
+}
+
+/// An asynchronous split's slot, which nexar writes the new handle into (its
+/// own heap allocation, like [`RpcPayload`]'s).
+struct SplitPayload {
+    slot: *mut *mut sys::nexar_comm_t,
+}
+
+// SAFETY: the slot is owned exclusively by this payload (allocated in `new`,
+// freed in Drop); nexar writes it before done runs, and the payload is only
+// read after that (it moves between threads with the shared record). The
+// handle in it may be used from any thread.
+unsafe impl Send for SplitPayload {}
+
+impl SplitPayload {
+    fn new() -> SplitPayload {
+        SplitPayload {
+            slot: Box::into_raw(Box::new(ptr::null_mut())),
+        }
+    }
+
+    /// The communicator of the handle in the slot, if any; the slot is reset.
+    /// Only called once nexar no longer writes the slot (the split completed
+    /// or was refused).
+    fn take(&mut self) -> Option<Communicator> {
+        // SAFETY: the slot is valid until Drop.
+        let h = unsafe { std::mem::replace(&mut *self.slot, ptr::null_mut()) };
+        // SAFETY: a fresh handle from nexar, owned by nobody else (taken out
+        // of the slot just now).
+        NonNull::new(h).map(|h| unsafe { Communicator::from_raw(h) })
+    }
+}
+
+impl Payload for SplitPayload {
+    type Output = Communicator;
+    fn finish(mut self) -> Option<Communicator> {
+        self.take()
+    }
+}
+
+impl Drop for SplitPayload {
+    fn drop(&mut self) {
+        // A handle nobody took (the future was dropped before completion) goes
+        // through Communicator's Drop, which copes with running on nexar's
+        // completion thread (where the last reference to the record may go).
+        drop(self.take());
+        // SAFETY: the slot came from Box::into_raw in `new` and is freed only here.
+        drop(unsafe { Box::from_raw(self.slot) });
     }
 }
 

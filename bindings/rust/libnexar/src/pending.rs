@@ -72,10 +72,11 @@ pub(crate) fn lock_unless_in_callback<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, 
 // ---- Payloads: what an operation owns ---------------------------------------------
 
 /// The buffers one asynchronous operation owns while nexar uses them, and
-/// what the future yields from them once it has succeeded.
+/// what the future yields from them once it has succeeded (`None`: nexar
+/// reported success without producing it, an internal error).
 pub(crate) trait Payload: Send + 'static {
     type Output: Send + 'static;
-    fn finish(self) -> Self::Output;
+    fn finish(self) -> Option<Self::Output>;
 }
 
 /// One buffer, read and written in place; yields it back.
@@ -83,8 +84,8 @@ pub(crate) struct InPlace<T>(pub Vec<T>);
 
 impl<T: Send + 'static> Payload for InPlace<T> {
     type Output = Vec<T>;
-    fn finish(self) -> Vec<T> {
-        self.0
+    fn finish(self) -> Option<Vec<T>> {
+        Some(self.0)
     }
 }
 
@@ -96,8 +97,8 @@ pub(crate) struct InOut<T> {
 
 impl<T: Send + 'static> Payload for InOut<T> {
     type Output = Vec<T>;
-    fn finish(self) -> Vec<T> {
-        self.output
+    fn finish(self) -> Option<Vec<T>> {
+        Some(self.output)
     }
 }
 
@@ -106,7 +107,9 @@ pub(crate) struct Nothing;
 
 impl Payload for Nothing {
     type Output = ();
-    fn finish(self) {}
+    fn finish(self) -> Option<()> {
+        Some(())
+    }
 }
 
 // ---- The shared record ------------------------------------------------------------------
@@ -145,12 +148,15 @@ impl<P: Payload> Completion<P::Output> for Shared<P> {
                 // nexar is done with the buffers: the callback has been called.
                 let payload = st.payload.take();
                 drop(st);
-                let output = if o.status == sys::NEXAR_OK {
-                    payload.map(Payload::finish)
+                let (message, output) = if o.status != sys::NEXAR_OK {
+                    (o.message, None)
                 } else {
-                    None
+                    match payload.and_then(Payload::finish) {
+                        Some(out) => (o.message, Some(out)),
+                        None => ("nexar reported success without a result".into(), None),
+                    }
                 };
-                Poll::Ready((o.status, o.failed_rank, o.message, output))
+                Poll::Ready((o.status, o.failed_rank, message, output))
             }
             None => {
                 match &st.waker {
