@@ -2,7 +2,9 @@
 
 use crate::error::{Error, Result, Status};
 use crate::options::Options;
-use crate::pending::{self, in_callback, lock, InOut, InPlace, Nothing, Pending};
+use crate::pending::{
+    self, in_callback, lock_unless_in_callback, InOut, InPlace, Nothing, Payload, Pending,
+};
 use crate::rpc::{self, HandlerBox, Handlers, RpcPayload, RpcResult};
 use crate::types::{Element, Op};
 use libnexar_sys as sys;
@@ -10,7 +12,7 @@ use std::fmt;
 use std::mem::{size_of, ManuallyDrop};
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
-use std::sync::{Mutex, TryLockError};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// One rank's view of a group of processes (`nexar_comm_t`).
@@ -18,8 +20,9 @@ use std::time::Duration;
 /// Made by [`bootstrap_local`](Communicator::bootstrap_local) (a whole world
 /// inside this process), [`init_from_env`](Communicator::init_from_env) or
 /// [`join`](Communicator::join) (one rank of a cluster), or
-/// [`split`](Communicator::split). Dropping it destroys the handle: pending
-/// operations complete with [`Status::Closed`] first.
+/// [`split`](Communicator::split) ([`split_async`](Communicator::split_async)).
+/// Dropping it destroys the handle: pending operations complete with
+/// [`Status::Closed`] first.
 ///
 /// Every method takes `&self` and may be called from any thread at once
 /// (`Communicator` is `Send + Sync`; share it with `Arc` or scoped threads).
@@ -225,17 +228,28 @@ impl Communicator {
         Communicator::made(OP, st, out)
     }
 
+    /// The communicator a creating call (status `st`) wrote to `out`.
     fn made(op: &'static str, st: i32, out: *mut sys::nexar_comm_t) -> Result<Communicator> {
         if st != sys::NEXAR_OK {
             return Err(Error::last(st, op, None));
         }
+        Communicator::adopt(op, None, out)
+    }
+
+    /// Takes ownership of the handle a creating call that returned NEXAR_OK
+    /// wrote to `out` (`rank`: the rank of the communicator it was called on).
+    fn adopt(
+        op: &'static str,
+        rank: Option<u32>,
+        out: *mut sys::nexar_comm_t,
+    ) -> Result<Communicator> {
         match NonNull::new(out) {
             // SAFETY: a fresh handle from nexar, owned by nobody else.
             Some(h) => Ok(unsafe { Communicator::from_raw(h) }),
             None => Err(Error::new(
                 Status::Internal,
                 op,
-                None,
+                rank,
                 None,
                 "nexar returned NEXAR_OK without a handle".into(),
             )),
@@ -309,11 +323,26 @@ impl Communicator {
             sys::nexar_comm_split(self.as_raw(), color, key, &mut out, None, ptr::null_mut())
         };
         self.check("split", st)?;
-        match NonNull::new(out) {
-            // SAFETY: a fresh handle, owned by nobody else.
-            Some(h) => Ok(unsafe { Communicator::from_raw(h) }),
-            None => Err(self.error(Status::Internal, "split", "no handle returned".into())),
-        }
+        Communicator::adopt("split", Some(self.rank), out)
+    }
+
+    /// [`split`](Communicator::split) without blocking; yields the new
+    /// communicator. It takes its place in the collective order like `split`
+    /// (ranks may mix the two). Dropping the future early is safe: a
+    /// communicator made after that is destroyed.
+    pub fn split_async(&self, color: u32, key: u32) -> Pending<Communicator> {
+        let comm = self.as_raw();
+        pending::submit(
+            "split",
+            self.rank,
+            SplitPayload::new(),
+            |p| p.slot,
+            |slot, done, ud| {
+                // SAFETY: a live handle; the slot lives in the shared record
+                // until done ran (nexar writes it before).
+                unsafe { sys::nexar_comm_split(comm, color, key, slot, done, ud) }
+            },
+        )
     }
 
     /// Polled mode ([`CompletionMode::Polled`](crate::CompletionMode::Polled)):
@@ -379,6 +408,53 @@ impl Communicator {
         })
     }
 
+    /// The elements per rank of a buffer of `n` elements (`what`) that holds
+    /// one equal block for each rank.
+    fn block_len(&self, op: &'static str, what: &str, n: usize) -> Result<usize> {
+        let ranks = self.size as usize;
+        if n % ranks != 0 {
+            return Err(self.invalid(
+                op,
+                format!(
+                    "{} holds {} elements, not a multiple of the {} ranks",
+                    what, n, self.size
+                ),
+            ));
+        }
+        Ok(n / ranks)
+    }
+
+    /// A blocking operation on one buffer, read and written in place:
+    /// `call(d, n, done, user_data)` calls nexar with `done == None` on
+    /// `d[0..n)`, which is `buf`, exclusively borrowed until it returns.
+    fn in_place<T: Element>(
+        &self,
+        op: &'static str,
+        buf: &mut [T],
+        call: impl FnOnce(*mut c_void, usize, sys::nexar_done_fn, *mut c_void) -> i32,
+    ) -> Result<()> {
+        let st = call(void_mut(buf.as_mut_ptr()), buf.len(), None, ptr::null_mut());
+        self.check(op, st)
+    }
+
+    /// [`in_place`](Communicator::in_place) without blocking: `d[0..n)` is
+    /// `buf`, owned by the shared record until `done` has run; the future
+    /// gives it back.
+    fn in_place_async<T: Element>(
+        &self,
+        op: &'static str,
+        buf: Vec<T>,
+        call: impl FnOnce(*mut c_void, usize, sys::nexar_done_fn, *mut c_void) -> i32,
+    ) -> Pending<Vec<T>> {
+        pending::submit(
+            op,
+            self.rank,
+            InPlace(buf),
+            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
+            |(d, n), done, ud| call(d, n, done, ud),
+        )
+    }
+
     fn byte_len<T>(&self, op: &'static str, n: usize) -> Result<usize> {
         n.checked_mul(size_of::<T>())
             .ok_or_else(|| self.invalid(op, format!("{} elements overflow a byte count", n)))
@@ -389,60 +465,30 @@ impl Communicator {
     /// Reduces `buf` element-wise over every rank, in place; every rank ends
     /// with the result (floats bit-identical everywhere).
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: Op) -> Result<()> {
-        let p = void_mut(buf.as_mut_ptr());
-        // SAFETY: p[0..len) is valid and exclusively borrowed for the blocking
-        // call; sendbuf == recvbuf means in place.
-        let st = unsafe {
-            sys::nexar_allreduce(
-                self.as_raw(),
-                p,
-                p,
-                buf.len(),
-                T::DTYPE.code(),
-                op.code(),
-                None,
-                ptr::null_mut(),
-            )
-        };
-        self.check("all_reduce", st)
+        let comm = self.as_raw();
+        self.in_place("all_reduce", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place guarantees; sendbuf == recvbuf means in place.
+            unsafe { sys::nexar_allreduce(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// Copies `root`'s `buf` into every rank's `buf`.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: u32) -> Result<()> {
-        // SAFETY: buf is valid and exclusively borrowed for the blocking call.
-        let st = unsafe {
-            sys::nexar_broadcast(
-                self.as_raw(),
-                void_mut(buf.as_mut_ptr()),
-                buf.len(),
-                T::DTYPE.code(),
-                root,
-                None,
-                ptr::null_mut(),
-            )
-        };
-        self.check("broadcast", st)
+        let comm = self.as_raw();
+        self.in_place("broadcast", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place guarantees.
+            unsafe { sys::nexar_broadcast(comm, d, n, T::DTYPE.code(), root, done, ud) }
+        })
     }
 
     /// Reduces `buf` over every rank into `root`'s `buf`, in place; the other
     /// ranks' `buf` is left as it was.
     pub fn reduce<T: Element>(&self, buf: &mut [T], op: Op, root: u32) -> Result<()> {
-        let p = void_mut(buf.as_mut_ptr());
-        // SAFETY: as all_reduce; in place.
-        let st = unsafe {
-            sys::nexar_reduce(
-                self.as_raw(),
-                p,
-                p,
-                buf.len(),
-                T::DTYPE.code(),
-                op.code(),
-                root,
-                None,
-                ptr::null_mut(),
-            )
-        };
-        self.check("reduce", st)
+        let comm = self.as_raw();
+        self.in_place("reduce", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place guarantees; in place.
+            unsafe { sys::nexar_reduce(comm, d, d, n, T::DTYPE.code(), op.code(), root, done, ud) }
+        })
     }
 
     /// Every rank's `send`, concatenated in rank order, into `recv`
@@ -513,12 +559,17 @@ impl Communicator {
     /// `recv`'s block i comes from rank i (`recv.len() == send.len()`).
     pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         const OP: &str = "all_to_all";
-        if send.len() != recv.len() || send.len() % self.size as usize != 0 {
-            return Err(self.invalid(OP, format!(
-                "send ({}) and recv ({}) must hold the same number of elements, a multiple of the {} ranks",
-                send.len(), recv.len(), self.size)));
+        if send.len() != recv.len() {
+            return Err(self.invalid(
+                OP,
+                format!(
+                    "send ({}) and recv ({}) must hold the same number of elements",
+                    send.len(),
+                    recv.len()
+                ),
+            ));
         }
-        let block = send.len() / self.size as usize;
+        let block = self.block_len(OP, "send", send.len())?;
         // SAFETY: lengths checked; blocking call; no overlap.
         let st = unsafe {
             sys::nexar_alltoall(
@@ -614,41 +665,21 @@ impl Communicator {
     /// Inclusive prefix reduction over ranks, in place: rank r ends with
     /// buf(0) op ... op buf(r).
     pub fn scan<T: Element>(&self, buf: &mut [T], op: Op) -> Result<()> {
-        let p = void_mut(buf.as_mut_ptr());
-        // SAFETY: as all_reduce; in place.
-        let st = unsafe {
-            sys::nexar_scan(
-                self.as_raw(),
-                p,
-                p,
-                buf.len(),
-                T::DTYPE.code(),
-                op.code(),
-                None,
-                ptr::null_mut(),
-            )
-        };
-        self.check("scan", st)
+        let comm = self.as_raw();
+        self.in_place("scan", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place guarantees; in place.
+            unsafe { sys::nexar_scan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// Exclusive prefix reduction over ranks, in place: rank r ends with
     /// buf(0) op ... op buf(r-1); rank 0's `buf` is left as it was.
     pub fn exscan<T: Element>(&self, buf: &mut [T], op: Op) -> Result<()> {
-        let p = void_mut(buf.as_mut_ptr());
-        // SAFETY: as all_reduce; in place.
-        let st = unsafe {
-            sys::nexar_exscan(
-                self.as_raw(),
-                p,
-                p,
-                buf.len(),
-                T::DTYPE.code(),
-                op.code(),
-                None,
-                ptr::null_mut(),
-            )
-        };
-        self.check("exscan", st)
+        let comm = self.as_raw();
+        self.in_place("exscan", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place guarantees; in place.
+            unsafe { sys::nexar_exscan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// Returns once every rank has entered the barrier.
@@ -775,23 +806,17 @@ impl Communicator {
         // nexar_rpc_register (outside callbacks) waits for a running call of
         // the handler it replaces; that handler may itself be registering
         // here, so inside a callback the lock is only tried.
-        let mut table = if inside {
-            match self.rpc.try_lock() {
-                Ok(g) => g,
-                Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    return Err(self.error(
-                        Status::WouldDeadlock,
-                        op,
-                        format!(
-                        "{}: another thread is (un)registering an RPC handler on this communicator \
-                         and may be waiting for this callback to end", op),
-                    ))
-                }
-            }
-        } else {
-            lock(&self.rpc)
-        };
+        let mut table = lock_unless_in_callback(&self.rpc).ok_or_else(|| {
+            self.error(
+                Status::WouldDeadlock,
+                op,
+                format!(
+                    "{}: another thread is (un)registering an RPC handler on this communicator \
+                     and may be waiting for this callback to end",
+                    op
+                ),
+            )
+        })?;
         let (handler, user_data): (sys::nexar_rpc_handler_fn, *mut c_void) = match &fresh {
             Some(b) => (
                 Some(rpc::rpc_trampoline),
@@ -827,79 +852,46 @@ impl Communicator {
     /// buffer and gives it back, reduced.
     pub fn all_reduce_async<T: Element>(&self, buf: Vec<T>, op: Op) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit(
-            "all_reduce",
-            self.rank,
-            InPlace(buf),
-            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
-            |(d, n), done, ud| {
-                // SAFETY: d[0..n) is owned by the shared record, which lives
-                // until done has run.
-                unsafe { sys::nexar_allreduce(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
-            },
-        )
+        self.in_place_async("all_reduce", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place_async guarantees; in place.
+            unsafe { sys::nexar_allreduce(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// [`broadcast`](Communicator::broadcast) without blocking.
     pub fn broadcast_async<T: Element>(&self, buf: Vec<T>, root: u32) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit(
-            "broadcast",
-            self.rank,
-            InPlace(buf),
-            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
-            |(d, n), done, ud| {
-                // SAFETY: the buffer lives in the shared record until done ran.
-                unsafe { sys::nexar_broadcast(comm, d, n, T::DTYPE.code(), root, done, ud) }
-            },
-        )
+        self.in_place_async("broadcast", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place_async guarantees.
+            unsafe { sys::nexar_broadcast(comm, d, n, T::DTYPE.code(), root, done, ud) }
+        })
     }
 
     /// [`reduce`](Communicator::reduce) without blocking.
     pub fn reduce_async<T: Element>(&self, buf: Vec<T>, op: Op, root: u32) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit(
-            "reduce",
-            self.rank,
-            InPlace(buf),
-            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
-            |(d, n), done, ud| {
-                // SAFETY: the buffer lives in the shared record until done ran.
-                unsafe {
-                    sys::nexar_reduce(comm, d, d, n, T::DTYPE.code(), op.code(), root, done, ud)
-                }
-            },
-        )
+        self.in_place_async("reduce", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place_async guarantees; in place.
+            unsafe { sys::nexar_reduce(comm, d, d, n, T::DTYPE.code(), op.code(), root, done, ud) }
+        })
     }
 
     /// [`scan`](Communicator::scan) without blocking.
     pub fn scan_async<T: Element>(&self, buf: Vec<T>, op: Op) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit(
-            "scan",
-            self.rank,
-            InPlace(buf),
-            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
-            |(d, n), done, ud| {
-                // SAFETY: the buffer lives in the shared record until done ran.
-                unsafe { sys::nexar_scan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
-            },
-        )
+        self.in_place_async("scan", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place_async guarantees; in place.
+            unsafe { sys::nexar_scan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// [`exscan`](Communicator::exscan) without blocking.
     pub fn exscan_async<T: Element>(&self, buf: Vec<T>, op: Op) -> Pending<Vec<T>> {
         let comm = self.as_raw();
-        pending::submit(
-            "exscan",
-            self.rank,
-            InPlace(buf),
-            |p| (void_mut(p.0.as_mut_ptr()), p.0.len()),
-            |(d, n), done, ud| {
-                // SAFETY: the buffer lives in the shared record until done ran.
-                unsafe { sys::nexar_exscan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
-            },
-        )
+        self.in_place_async("exscan", buf, |d, n, done, ud| {
+            // SAFETY: d[0..n) as in_place_async guarantees; in place.
+            unsafe { sys::nexar_exscan(comm, d, d, n, T::DTYPE.code(), op.code(), done, ud) }
+        })
     }
 
     /// [`all_gather`](Communicator::all_gather) without blocking: yields a new
@@ -938,17 +930,10 @@ impl Communicator {
     /// `send` holds `size()` blocks; yields this rank's reduced block.
     pub fn reduce_scatter_async<T: Element>(&self, send: Vec<T>, op: Op) -> Pending<Vec<T>> {
         const OP: &str = "reduce_scatter";
-        if send.len() % self.size as usize != 0 {
-            return Pending::failed(self.invalid(
-                OP,
-                format!(
-                    "send holds {} elements, not a multiple of the {} ranks",
-                    send.len(),
-                    self.size
-                ),
-            ));
-        }
-        let block = send.len() / self.size as usize;
+        let block = match self.block_len(OP, "send", send.len()) {
+            Ok(b) => b,
+            Err(e) => return Pending::failed(e),
+        };
         let comm = self.as_raw();
         let payload = InOut {
             input: send,
@@ -979,17 +964,10 @@ impl Communicator {
     /// vector whose block i came from rank i.
     pub fn all_to_all_async<T: Element>(&self, send: Vec<T>) -> Pending<Vec<T>> {
         const OP: &str = "all_to_all";
-        if send.len() % self.size as usize != 0 {
-            return Pending::failed(self.invalid(
-                OP,
-                format!(
-                    "send holds {} elements, not a multiple of the {} ranks",
-                    send.len(),
-                    self.size
-                ),
-            ));
-        }
-        let block = send.len() / self.size as usize;
+        let block = match self.block_len(OP, "send", send.len()) {
+            Ok(b) => b,
+            Err(e) => return Pending::failed(e),
+        };
         let comm = self.as_raw();
         let payload = InOut {
             output: vec![T::ZERO; send.len()],
@@ -1200,6 +1178,55 @@ impl Drop for Communicator {
             unsafe { sys::nexar_comm_destroy(raw.0.as_ptr()) };
             drop(handlers);
         }
+    }
+}
+
+/// An asynchronous split's slot, which nexar writes the new handle into (its
+/// own heap allocation, like [`RpcPayload`]'s).
+struct SplitPayload {
+    slot: *mut *mut sys::nexar_comm_t,
+}
+
+// SAFETY: the slot is owned exclusively by this payload (allocated in `new`,
+// freed in Drop); nexar writes it before done runs, and the payload is only
+// read after that (it moves between threads with the shared record). The
+// handle in it may be used from any thread.
+unsafe impl Send for SplitPayload {}
+
+impl SplitPayload {
+    fn new() -> SplitPayload {
+        SplitPayload {
+            slot: Box::into_raw(Box::new(ptr::null_mut())),
+        }
+    }
+
+    /// The communicator of the handle in the slot, if any; the slot is reset.
+    /// Only called once nexar no longer writes the slot (the split completed
+    /// or was refused).
+    fn take(&mut self) -> Option<Communicator> {
+        // SAFETY: the slot is valid until Drop.
+        let h = unsafe { std::mem::replace(&mut *self.slot, ptr::null_mut()) };
+        // SAFETY: a fresh handle from nexar, owned by nobody else (taken out
+        // of the slot just now).
+        NonNull::new(h).map(|h| unsafe { Communicator::from_raw(h) })
+    }
+}
+
+impl Payload for SplitPayload {
+    type Output = Communicator;
+    fn finish(mut self) -> Option<Communicator> {
+        self.take()
+    }
+}
+
+impl Drop for SplitPayload {
+    fn drop(&mut self) {
+        // A handle nobody took (the future was dropped before completion) goes
+        // through Communicator's Drop, which copes with running on nexar's
+        // completion thread (where the last reference to the record may go).
+        drop(self.take());
+        // SAFETY: the slot came from Box::into_raw in `new` and is freed only here.
+        drop(unsafe { Box::from_raw(self.slot) });
     }
 }
 

@@ -1,12 +1,12 @@
 //! nexar's log lines, handed to a Rust closure (`nexar_set_log_callback`).
 
 use crate::error::{Error, Result, Status};
-use crate::pending::{in_callback, lock, CallbackGuard};
+use crate::pending::{lock_unless_in_callback, CallbackGuard};
 use libnexar_sys as sys;
 use std::os::raw::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
-use std::sync::{Mutex, TryLockError};
+use std::sync::Mutex;
 
 /// The level of a log line (`NEXAR_LOG_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -84,24 +84,17 @@ pub fn clear_log_handler() -> Result<()> {
 fn install(fresh: Option<Box<LogBox>>) -> Result<()> {
     // Replacing waits for a running call of the old handler; from inside one
     // (where nexar refuses anyway) the lock is only tried, never waited for.
-    let mut current =
-        if in_callback() {
-            match CURRENT.try_lock() {
-                Ok(g) => g,
-                Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(TryLockError::WouldBlock) => return Err(Error::new(
-                    Status::WouldDeadlock,
-                    "set_log_handler",
-                    None,
-                    None,
-                    "set_log_handler: called from inside a nexar callback while another thread \
-                     replaces the log handler"
-                        .into(),
-                )),
-            }
-        } else {
-            lock(&CURRENT)
-        };
+    let mut current = lock_unless_in_callback(&CURRENT).ok_or_else(|| {
+        Error::new(
+            Status::WouldDeadlock,
+            "set_log_handler",
+            None,
+            None,
+            "set_log_handler: called from inside a nexar callback while another thread \
+             replaces the log handler"
+                .into(),
+        )
+    })?;
     let (f, user_data): (sys::nexar_log_fn, *mut c_void) = match &fresh {
         Some(b) => (Some(log_trampoline), &**b as *const LogBox as *mut c_void),
         None => (None, ptr::null_mut()),

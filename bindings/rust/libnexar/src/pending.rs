@@ -15,7 +15,7 @@ use std::future::Future;
 use std::os::raw::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
@@ -54,13 +54,29 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// [`lock`] for the tables of replaceable callbacks (RPC handlers, the log
+/// handler), whose holder may be waiting for a running callback to end: on a
+/// thread inside one of nexar's callbacks the lock is only tried, never
+/// waited for. `None` when it is held there.
+pub(crate) fn lock_unless_in_callback<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    if !in_callback() {
+        return Some(lock(m));
+    }
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 // ---- Payloads: what an operation owns ---------------------------------------------
 
 /// The buffers one asynchronous operation owns while nexar uses them, and
-/// what the future yields from them once it has succeeded.
+/// what the future yields from them once it has succeeded (`None`: nexar
+/// reported success without producing it, an internal error).
 pub(crate) trait Payload: Send + 'static {
     type Output: Send + 'static;
-    fn finish(self) -> Self::Output;
+    fn finish(self) -> Option<Self::Output>;
 }
 
 /// One buffer, read and written in place; yields it back.
@@ -68,8 +84,8 @@ pub(crate) struct InPlace<T>(pub Vec<T>);
 
 impl<T: Send + 'static> Payload for InPlace<T> {
     type Output = Vec<T>;
-    fn finish(self) -> Vec<T> {
-        self.0
+    fn finish(self) -> Option<Vec<T>> {
+        Some(self.0)
     }
 }
 
@@ -81,8 +97,8 @@ pub(crate) struct InOut<T> {
 
 impl<T: Send + 'static> Payload for InOut<T> {
     type Output = Vec<T>;
-    fn finish(self) -> Vec<T> {
-        self.output
+    fn finish(self) -> Option<Vec<T>> {
+        Some(self.output)
     }
 }
 
@@ -91,7 +107,9 @@ pub(crate) struct Nothing;
 
 impl Payload for Nothing {
     type Output = ();
-    fn finish(self) {}
+    fn finish(self) -> Option<()> {
+        Some(())
+    }
 }
 
 // ---- The shared record ------------------------------------------------------------------
@@ -130,12 +148,15 @@ impl<P: Payload> Completion<P::Output> for Shared<P> {
                 // nexar is done with the buffers: the callback has been called.
                 let payload = st.payload.take();
                 drop(st);
-                let output = if o.status == sys::NEXAR_OK {
-                    payload.map(Payload::finish)
+                let (message, output) = if o.status != sys::NEXAR_OK {
+                    (o.message, None)
                 } else {
-                    None
+                    match payload.and_then(Payload::finish) {
+                        Some(out) => (o.message, Some(out)),
+                        None => ("nexar reported success without a result".into(), None),
+                    }
                 };
-                Poll::Ready((o.status, o.failed_rank, o.message, output))
+                Poll::Ready((o.status, o.failed_rank, message, output))
             }
             None => {
                 match &st.waker {

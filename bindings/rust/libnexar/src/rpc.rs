@@ -171,14 +171,14 @@ impl RpcPayload {
 
 impl Payload for RpcPayload {
     type Output = Vec<u8>;
-    fn finish(self) -> Vec<u8> {
+    fn finish(self) -> Option<Vec<u8>> {
         // SAFETY: the slot is valid until Drop; the call has completed, so
         // nexar no longer writes it. The response is taken out here and the
         // slot reset, so Drop does not free it again.
-        unsafe {
+        Some(unsafe {
             let response = std::mem::replace(&mut *self.slot, ptr::null_mut());
             take_response(response)
-        }
+        })
     }
 }
 

@@ -293,7 +293,9 @@ fn local_refusals_are_ready_at_once() {
     let w = world(2);
     let p = w[0].reduce_scatter_async(vec![1u8; 3], Op::Sum);
     assert!(p.is_complete());
-    assert_eq!(block_on(p).unwrap_err().status, Status::InvalidArgument);
+    let e = block_on(p).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("not a multiple of the 2 ranks"), "{}", e);
     let p = w[0].scatter_async(vec![1u8; 3], 2, 0);
     assert_eq!(block_on(p).unwrap_err().status, Status::InvalidArgument);
     let p = w[0].broadcast_async(vec![1u8; 3], 9);

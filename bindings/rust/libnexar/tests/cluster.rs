@@ -46,6 +46,57 @@ fn split_of_two_and_the_parent_still_works() {
 }
 
 #[test]
+fn split_async_by_color_ordered_by_key() {
+    let w = world(3);
+    let out = on_each(&w, |c| {
+        let r = c.rank();
+        // As split_by_color_ordered_by_key; rank 1 splits blocking (the two mix).
+        let sub = if r == 1 {
+            c.split(r % 2, 10 - r).unwrap()
+        } else {
+            c.split_async(r % 2, 10 - r).wait().unwrap()
+        };
+        let mut v = vec![r as i32 + 1];
+        sub.all_reduce(&mut v, Op::Sum).unwrap();
+        let mut who = vec![0u32; sub.size() as usize];
+        sub.all_gather(&[r], &mut who).unwrap();
+        (sub.rank(), sub.size(), v[0], who)
+    });
+    assert_eq!(out[0], (1, 2, 4, vec![2, 0]));
+    assert_eq!(out[2], (0, 2, 4, vec![2, 0]));
+    assert_eq!(out[1], (0, 1, 2, vec![1]));
+}
+
+#[test]
+fn split_async_from_one_thread_and_dropped_early() {
+    let w = world(2);
+    // Nothing blocks while submitting: one thread starts the split on both ranks.
+    let pending: Vec<_> = w.iter().map(|c| c.split_async(3, 0)).collect();
+    assert_eq!(pending[0].op(), "split");
+    let subs: Vec<Communicator> = pending.into_iter().map(|p| p.wait().unwrap()).collect();
+    assert_eq!((subs[0].rank(), subs[1].rank()), (0, 1));
+    assert_eq!((subs[0].size(), subs[1].size()), (2, 2));
+    let sums = on_each(&subs, |sub| {
+        let mut v = vec![sub.rank() as u64 + 1; 3];
+        sub.all_reduce(&mut v, Op::Sum).unwrap();
+        v
+    });
+    assert_eq!(sums, vec![vec![3; 3], vec![3; 3]]);
+
+    // Futures dropped before completion: the communicators made after that
+    // are destroyed; the parent goes on.
+    drop(w.iter().map(|c| c.split_async(4, 0)).collect::<Vec<_>>());
+    let out = on_each(&w, |c| {
+        let mut v = vec![c.rank() + 1];
+        c.all_reduce(&mut v, Op::Sum).unwrap();
+        c.barrier().unwrap();
+        v[0]
+    });
+    assert_eq!(out, vec![3, 3]);
+    drop(subs);
+}
+
+#[test]
 fn stats_count_traffic() {
     let w = world(2);
     let before = w[0].stats().unwrap();

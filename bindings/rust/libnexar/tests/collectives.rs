@@ -381,6 +381,10 @@ fn local_argument_checks() {
     assert_eq!(e.status, Status::InvalidArgument);
     let e = c.all_to_all(&[1u8, 2, 3], &mut [0u8; 3]).unwrap_err();
     assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("not a multiple of the 2 ranks"), "{}", e);
+    let e = c.all_to_all(&[1u8, 2], &mut [0u8; 4]).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("same number of elements"), "{}", e);
     let e = c.gather(&[1u8], &mut [0u8; 1], 0).unwrap_err();
     assert_eq!(e.status, Status::InvalidArgument);
     let e = c.scatter(&[1u8], &mut [0u8; 1], 0).unwrap_err();

@@ -4,6 +4,7 @@ mod common;
 
 use common::{on_each, options, world, world_with};
 use libnexar::{Communicator, Error, Op, Status};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -285,29 +286,54 @@ fn communicator_is_send_and_sync() {
     check::<libnexar::Seed>();
 }
 
+/// Set in the child process `init_from_env_without_a_cluster_is_not_found`
+/// runs itself in.
+const CLEAN_ENV_CHILD: &str = "LIBNEXAR_TEST_CLEAN_ENV_CHILD";
+
 #[test]
 fn init_from_env_without_a_cluster_is_not_found() {
-    let described = [
-        "NEXAR_SEED",
-        "RANK",
-        "WORLD_SIZE",
-        "MASTER_ADDR",
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "SLURM_PROCID",
-    ]
-    .iter()
-    .any(|v| std::env::var_os(v).is_some());
-    if described {
-        eprintln!("skipped: the environment describes a cluster");
+    const NAME: &str = "init_from_env_without_a_cluster_is_not_found";
+    if std::env::var_os(CLEAN_ENV_CHILD).is_some() {
+        // The child: an environment that describes no cluster.
+        let e = Communicator::init_from_env().unwrap_err();
+        assert_eq!(e.status, Status::NotFound, "{}", e);
+        assert_eq!(e.op, "init_from_env");
+        assert!(
+            e.message.contains("NEXAR_SEED"),
+            "the message lists what was looked for: {}",
+            e
+        );
         return;
     }
-    let e = Communicator::init_from_env().unwrap_err();
-    assert_eq!(e.status, Status::NotFound, "{}", e);
-    assert_eq!(e.op, "init_from_env");
+    // This process may run inside a cluster (NEXAR_SEED, torchrun, Slurm...),
+    // and its environment must not be changed while other tests run: the test
+    // runs again, alone, in a child whose environment is cleared but for the
+    // library search path.
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"));
+    child
+        .args([NAME, "--exact", "--test-threads=1", "--nocapture"])
+        .env_clear()
+        .env(CLEAN_ENV_CHILD, "1");
+    for var in ["LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH"] {
+        if let Some(v) = std::env::var_os(var) {
+            child.env(var, v);
+        }
+    }
+    let out = child.output().expect("run the test binary again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        e.message.contains("NEXAR_SEED"),
-        "the message lists what was looked for: {}",
-        e
+        out.status.success(),
+        "the child failed ({}):\n{}\n{}",
+        out.status,
+        stdout,
+        stderr
+    );
+    // A filter that matched nothing would succeed too.
+    assert!(
+        stdout.contains("1 passed"),
+        "the child did not run the test:\n{}\n{}",
+        stdout,
+        stderr
     );
 }
