@@ -366,6 +366,9 @@ typedef struct nexar_stats {
   uint64_t bytes_opened_in_place; /* received payload bytes decrypted straight into the posted
                                      receive's buffer instead of being copied there (packets
                                      of 16 KiB or more on the ipsec-mb path; loopback) */
+  uint64_t bytes_sealed_in_place; /* sent payload bytes encrypted straight from the caller's
+                                     buffer instead of being copied into the packet first
+                                     (messages of 16 KiB or more on the ipsec-mb path) */
 } nexar_stats_t;
 
 /** Fills stats (stats->struct_size must be set by the caller). */

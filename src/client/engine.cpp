@@ -184,6 +184,7 @@ void Engine::stats(nexar_stats_t *out) {
     out->relay_bytes_held = relay_->bytes_held();
     out->packets_fast_aead = t.packets_fast_aead;
     out->bytes_opened_in_place = t.bytes_opened_in_place;
+    out->bytes_sealed_in_place = t.bytes_sealed_in_place;
   });
 }
 

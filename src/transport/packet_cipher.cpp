@@ -95,11 +95,13 @@ struct alignas(64) PacketCipher::Key {
 #endif
   }
 
-  // Opens one packet in consecutive pieces, each to its own destination
-  // (GCM's counter and hash carry over between them at any length).
-  class Opening {
+  // Seals (kSeal) or opens one packet in consecutive pieces, each from and to
+  // its own place (GCM's counter and hash carry over between them at any
+  // length).
+  template <bool kSeal>
+  class Pieces {
    public:
-    Opening(const Key &key, const uint8_t *nonce, const uint8_t *aad, size_t aadlen) : key_(key) {
+    Pieces(const Key &key, const uint8_t *nonce, const uint8_t *aad, size_t aadlen) : key_(key) {
 #ifdef NEXAR_HAVE_IPSEC_MB
       IMB_AES128_GCM_INIT(library().mgr, &key_.data, &ctx_, nonce, aad, aadlen);
 #else
@@ -108,19 +110,25 @@ struct alignas(64) PacketCipher::Key {
     }
     void update(uint8_t *to, const uint8_t *from, size_t n) {
 #ifdef NEXAR_HAVE_IPSEC_MB
-      if (n > 0) IMB_AES128_GCM_DEC_UPDATE(library().mgr, &key_.data, &ctx_, to, from, n);
+      if (n == 0) return;
+      if constexpr (kSeal)
+        IMB_AES128_GCM_ENC_UPDATE(library().mgr, &key_.data, &ctx_, to, from, n);
+      else
+        IMB_AES128_GCM_DEC_UPDATE(library().mgr, &key_.data, &ctx_, to, from, n);
 #else
       (void)to, (void)from, (void)n;
 #endif
     }
-    bool finish(const uint8_t *received_tag) {
+    // The tag of everything given (zeros without ipsec-mb, which nothing
+    // then asks for).
+    void tag(uint8_t *out) {
 #ifdef NEXAR_HAVE_IPSEC_MB
-      uint8_t tag[kTagLen];
-      IMB_AES128_GCM_DEC_FINALIZE(library().mgr, &key_.data, &ctx_, tag, kTagLen);
-      return tags_equal(tag, received_tag);
+      if constexpr (kSeal)
+        IMB_AES128_GCM_ENC_FINALIZE(library().mgr, &key_.data, &ctx_, out, kTagLen);
+      else
+        IMB_AES128_GCM_DEC_FINALIZE(library().mgr, &key_.data, &ctx_, out, kTagLen);
 #else
-      (void)received_tag;
-      return false;
+      memset(out, 0, kTagLen);
 #endif
     }
 
@@ -130,9 +138,12 @@ struct alignas(64) PacketCipher::Key {
     gcm_context_data ctx_;
 #endif
   };
+  using Sealing = Pieces<true>;
+  using Opening = Pieces<false>;
 };
 
-PacketCipher::PacketCipher(uint64_t *fast_packets) : fast_packets_(fast_packets) {}
+PacketCipher::PacketCipher(uint64_t *fast_packets, uint64_t *sealed_in_place)
+    : fast_packets_(fast_packets), sealed_in_place_(sealed_in_place) {}
 PacketCipher::~PacketCipher() = default;
 
 bool PacketCipher::available() {
@@ -200,9 +211,11 @@ bool PacketCipher::open_placing(const Key &key, uint8_t *dest, const uint8_t *sr
   uint8_t *to = nullptr;
   if (find_stream_frame(dest, head, n, &f) && f.data_len >= kMinPlaced)
     to = placer_->place(f.stream_id, f.offset, f.data_len, &k);
+  uint8_t tag[kTagLen];
   if (!to || k < kMinPlaced || k > f.data_len) {
     o.update(dest + head, src + head, n - head);
-    return o.finish(received);
+    o.tag(tag);
+    return tags_equal(tag, received);
   }
   // The data's first bytes were in the head (its STREAM header was).
   const size_t opened = head - f.data_start;
@@ -210,8 +223,55 @@ bool PacketCipher::open_placing(const Key &key, uint8_t *dest, const uint8_t *sr
   const size_t end = f.data_start + k;
   o.update(to + opened, src + head, end - head);
   o.update(dest + end, src + end, n - end);
-  if (!o.finish(received)) return false;
+  o.tag(tag);
+  if (!tags_equal(tag, received)) return false;
   placer_->placed(f.stream_id, f.offset, k, to);
+  return true;
+}
+
+template <class Run>
+bool PacketCipher::for_each_source_run(const uint8_t *payload, size_t len, Run &&run) {
+  StreamFrameScanner scan(payload, len, len);
+  StreamFrameAt f;
+  for (;;) {
+    switch (scan.next(&f)) {
+      case StreamFrameScanner::Step::kEnd:
+        return true;
+      case StreamFrameScanner::Step::kMalformed:
+        seal_error_ = "a packet to seal holds a frame the scan does not know";
+        return false;
+      case StreamFrameScanner::Step::kStream:
+        break;
+    }
+    for (size_t done = 0; done < f.data_len;) {
+      const uint8_t *from = nullptr;
+      size_t n = 0;
+      if (!source_->source(f.stream_id, f.offset + done, f.data_len - done, &from, &n) || n == 0 ||
+          n > f.data_len - done) {
+        seal_error_ = "a packet to seal holds stream data that is no longer queued";
+        return false;
+      }
+      if (from) run(f.data_start + done, from, n);
+      done += n;
+    }
+  }
+}
+
+bool PacketCipher::seal_from_source(const Key &key, uint8_t *payload, size_t len,
+                                    const uint8_t *nonce, const uint8_t *aad, size_t aadlen) {
+  Key::Sealing s(key, nonce, aad, aadlen);
+  size_t sealed = 0;  // payload[0, sealed) is ciphertext now
+  uint64_t from_source = 0;
+  const bool ok = for_each_source_run(payload, len, [&](size_t at, const uint8_t *from, size_t n) {
+    s.update(payload + sealed, payload + sealed, at - sealed);
+    s.update(payload + at, from, n);
+    sealed = at + n;
+    from_source += n;
+  });
+  if (!ok) return false;
+  s.update(payload + sealed, payload + sealed, len - sealed);
+  s.tag(payload + len);
+  if (sealed_in_place_) *sealed_in_place_ += from_source;
   return true;
 }
 
@@ -255,11 +315,30 @@ int PacketCipher::encrypt(uint8_t *dest, const ngtcp2_crypto_aead *aead,
   const void *handle = aead_ctx->native_handle;
   const bool fast_possible = pc && !pc->keys_.empty() && suitable(aead, noncelen);
   const Entry *e = fast_possible ? pc->find(handle) : nullptr;
+  const bool stand_ins = pc && pc->source_ && pc->source_->standing_in();
+  if (pc) pc->seal_error_ = nullptr;
+  if (stand_ins) {
+    // The real bytes are sealed in place: work on dest (ngtcp2 passes the
+    // same buffer; the header allows another).
+    if (dest != plaintext) memmove(dest, plaintext, plaintextlen);
+    plaintext = dest;
+  }
   if (e && e->key) {
-    e->key->seal(dest, plaintext, plaintextlen, nonce, aad, aadlen);
+    if (stand_ins) {
+      if (!pc->seal_from_source(*e->key, dest, plaintextlen, nonce, aad, aadlen))
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    } else {
+      e->key->seal(dest, plaintext, plaintextlen, nonce, aad, aadlen);
+    }
     ++*pc->fast_packets_;
     return 0;
   }
+  // GnuTLS seals the plaintext as it is: put the real bytes in first.
+  if (stand_ins &&
+      !pc->for_each_source_run(dest, plaintextlen, [&](size_t at, const uint8_t *from, size_t n) {
+        memcpy(dest + at, from, n);
+      }))
+    return NGTCP2_ERR_CALLBACK_FAILURE;
   // The first packet of a context decides it: GnuTLS seals it, then the
   // offered keys try to reproduce that. ngtcp2 seals in place: keep the
   // plaintext.

@@ -13,6 +13,11 @@
 // that context. Contexts of the Initial and Handshake keys (never offered), a
 // build or machine without ipsec-mb, NEXAR_FAST_AEAD=0, or a packet sealed
 // outside a PacketCipher::Scope all simply stay on GnuTLS.
+//
+// Both ways the cipher also spares a copy of bulk stream data: it opens a
+// packet's stream data straight into the receive that takes it (Placer), and
+// seals stream data straight from the sender's memory where ngtcp2 was given
+// stand-in bytes for it (Source).
 #pragma once
 
 #include <ngtcp2/ngtcp2.h>
@@ -26,9 +31,11 @@ namespace nexar {
 
 class PacketCipher {
  public:
-  // Counts the packets sealed or opened on the fast path into *fast_packets
-  // (the endpoint's statistics), which must outlive the cipher.
-  explicit PacketCipher(uint64_t *fast_packets);
+  // Counts the packets sealed or opened on the fast path into *fast_packets,
+  // and the stream bytes sealed straight from the sender's memory into
+  // *sealed_in_place if given (the endpoint's statistics, which must outlive
+  // the cipher).
+  explicit PacketCipher(uint64_t *fast_packets, uint64_t *sealed_in_place = nullptr);
   ~PacketCipher();
   PacketCipher(const PacketCipher &) = delete;
   PacketCipher &operator=(const PacketCipher &) = delete;
@@ -54,6 +61,32 @@ class PacketCipher {
   };
   static constexpr size_t kMinPlaced = 16 * 1024;
   void set_placer(Placer *p) { placer_ = p; }
+
+  // Where a packet's stream data really is. ngtcp2 copies every byte it
+  // sends into its packet before sealing it; for bulk data the connection
+  // gives ngtcp2 stand-in bytes from a small buffer that stays in cache, and
+  // the cipher seals the real bytes from the sender's memory (on GnuTLS, or
+  // for the first packet of a key, it copies them into the packet first).
+  // The connection keeps that memory until the peer acknowledged it, as
+  // ngtcp2 requires anyway for retransmission. Consulted only while a Scope
+  // of this cipher lives.
+  class Source {
+   public:
+    virtual ~Source() = default;
+    // Whether any data in flight was given as stand-in bytes: only then are
+    // packets walked.
+    virtual bool standing_in() const = 0;
+    // Stream stream_id's bytes at offset, at most len of them: *n bytes that
+    // are at *from in the sender's memory, or (*from null) that are in the
+    // packet as ngtcp2 wrote them. False if those bytes are not queued: the
+    // packet cannot be sealed.
+    virtual bool source(int64_t stream_id, uint64_t offset, size_t len, const uint8_t **from,
+                        size_t *n) = 0;
+  };
+  void set_source(Source *s) { source_ = s; }
+  // Why the last packet could not be sealed (NGTCP2_ERR_CALLBACK_FAILURE from
+  // ngtcp2), or null.
+  const char *seal_error() const { return seal_error_; }
 
   // A key of this connection (AES-128: 16 bytes; other lengths are ignored).
   void offer(const uint8_t *key, size_t keylen);
@@ -100,11 +133,24 @@ class PacketCipher {
   // into the place placer_ gives for it, if any.
   bool open_placing(const Key &key, uint8_t *dest, const uint8_t *src, size_t len,
                     const uint8_t *nonce, const uint8_t *aad, size_t aadlen);
+  // Calls run(at, from, n) for each run of stream data in the payload that is
+  // at `from` in the sender's memory, in payload order (at: where it goes in
+  // the payload). The frames after a run are walked only once run() returned.
+  // False, with seal_error_ set, if the payload cannot be walked or holds
+  // data no longer queued.
+  template <class Run>
+  bool for_each_source_run(const uint8_t *payload, size_t len, Run &&run);
+  // Seals a payload in place, its stand-in bytes from the sender's memory.
+  bool seal_from_source(const Key &key, uint8_t *payload, size_t len, const uint8_t *nonce,
+                        const uint8_t *aad, size_t aadlen);
 
   std::vector<std::unique_ptr<Key>> keys_;  // offered; adopted ones are never dropped early
   std::vector<Entry> entries_;
   uint64_t *fast_packets_;
+  uint64_t *sealed_in_place_;
   Placer *placer_ = nullptr;
+  Source *source_ = nullptr;
+  const char *seal_error_ = nullptr;
 };
 
 }  // namespace nexar

@@ -27,7 +27,13 @@ constexpr size_t kMaxBurstPackets = 64;
 // with BBRv2's 650 KB send quantum, bursts of two were best or level on
 // every 4 and 64 MiB row measured (docs/performance.md, "Bursts").
 constexpr size_t kMaxBurstBytes = 128 << 10;
-const uint8_t kZeros[64 * 1024] = {};  // the unwritten rest of a cancelled send
+// The unwritten rest of a cancelled send, and the stand-in bytes ngtcp2
+// copies for payloads sealed from the caller's memory (it stays in cache).
+const uint8_t kZeros[64 * 1024] = {};
+// Payloads from this size on are sealed from the caller's memory: a packet's
+// worth or a good part of one, where ngtcp2's copy costs; below it the
+// sealer would walk packets for little.
+constexpr uint64_t kMinStandIn = 16 * 1024;
 
 void ngtcp2_log(void *, const char *fmt, ...) {
   char buf[512];
@@ -50,10 +56,11 @@ QuicConnection::QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, boo
       handler_(handler),
       is_client_(is_client),
       expected_peer_rank_(expected_peer_rank),
-      cipher_(&ep->stats().packets_fast_aead) {
+      cipher_(&ep->stats().packets_fast_aead, &ep->stats().bytes_sealed_in_place) {
   conn_ref_.get_conn = &QuicConnection::get_conn;
   conn_ref_.user_data = this;
   cipher_.set_placer(this);
+  cipher_.set_source(this);
   ev_init(&timer_, &QuicConnection::on_timer);
   timer_.data = this;
   for (size_t i = 0; i < kSendStreams; ++i) {
@@ -452,6 +459,11 @@ QuicConnection::SendItem *QuicConnection::send(OutgoingMessage msg, bool control
     if (item->listener) item->listener->on_send_done(Status(NEXAR_ERR_CLOSED, "connection closed"));
     return nullptr;
   }
+  if (item->payload_len >= kMinStandIn && PacketCipher::available()) {
+    item->stand_in = true;
+    item->stand_in_end = item->total();
+    ++stand_in_items_;
+  }
   const wire::FrameKind kind = msg.header.kind;
   SendStream &st = streams_[control                                ? kControl
                             : kind == wire::FrameKind::RpcRequest  ? kRpcRequest
@@ -498,9 +510,13 @@ bool QuicConnection::cancel(SendItem *item, SendListener *replacement) {
           st.items[j]->end_offset -= n;
         st.offset -= n;
         queued_bytes_ -= n;
+        forget_item(*item);
         st.items.erase(st.items.begin() + static_cast<long>(i));
         return false;
       }
+      // What was written is still sealed from the caller's memory until
+      // acknowledged, as ngtcp2 still read it until then before.
+      if (item->stand_in) item->stand_in_end = std::min(item->stand_in_end, item->written);
       item->zero_rest = true;
       item->listener = replacement;
       return true;
@@ -521,7 +537,12 @@ size_t QuicConnection::build_vecs(SendStream &st, ngtcp2_vec *vecs, size_t max) 
     while (pos < it.total() && n < max) {
       const uint64_t off = pos - it.header_len;
       const uint64_t left = it.payload_len - off;
-      if (it.zero_rest) {
+      if (it.stand_in && pos < it.stand_in_end) {
+        // The sealer takes the real bytes from it.payload (source()).
+        size_t k = static_cast<size_t>(std::min<uint64_t>(it.stand_in_end - pos, sizeof kZeros));
+        vecs[n++] = {const_cast<uint8_t *>(kZeros), k};
+        pos += k;
+      } else if (it.zero_rest) {
         size_t k = static_cast<size_t>(std::min<uint64_t>(left, sizeof kZeros));
         vecs[n++] = {const_cast<uint8_t *>(kZeros), k};
         pos += k;
@@ -555,6 +576,7 @@ void QuicConnection::on_acked(int64_t sid, uint64_t offset, uint64_t len) {
          st->items.front()->written == st->items.front()->total()) {
     std::unique_ptr<SendItem> it = std::move(st->items.front());
     st->items.pop_front();
+    forget_item(*it);
     if (st->next > 0) --st->next;
     if (it->listener) it->listener->on_send_done(Status());
   }
@@ -570,8 +592,39 @@ void QuicConnection::finish_items(SendStream &st, const Status &s) {
   auto items = std::move(st.items);
   st.items.clear();
   st.next = 0;
-  for (auto &it : items)
+  for (auto &it : items) {
+    forget_item(*it);
     if (it->listener) it->listener->on_send_done(s);
+  }
+}
+
+void QuicConnection::forget_item(const SendItem &it) {
+  if (it.stand_in) --stand_in_items_;
+}
+
+bool QuicConnection::source(int64_t sid, uint64_t offset, size_t len, const uint8_t **from,
+                            size_t *n) {
+  SendStream *st = stream_by_id(sid);
+  if (!st) return false;
+  // The first item that ends past offset holds it (items are in stream order).
+  auto found = std::upper_bound(
+      st->items.begin(), st->items.end(), offset,
+      [](uint64_t off, const std::unique_ptr<SendItem> &it) { return off < it->end_offset; });
+  if (found == st->items.end()) return false;
+  const SendItem &it = **found;
+  const uint64_t start = it.end_offset - it.total();
+  if (offset < start) return false;  // acknowledged and gone
+  const uint64_t at = offset - start;
+  uint64_t until = it.total();  // the end of the run at `at`
+  *from = nullptr;
+  if (at < it.header_len) {
+    until = it.header_len;
+  } else if (it.stand_in && at < it.stand_in_end) {
+    until = it.stand_in_end;
+    *from = it.payload + (at - it.header_len);
+  }
+  *n = static_cast<size_t>(std::min<uint64_t>(len, until - at));
+  return true;
 }
 
 QuicConnection::SendStream *QuicConnection::pick_stream() {
@@ -809,6 +862,11 @@ bool QuicConnection::write() {
       }
       if (nwrite == NGTCP2_ERR_STREAM_SHUT_WR || nwrite == NGTCP2_ERR_STREAM_NOT_FOUND) {
         fail(error(NEXAR_ERR_PROTOCOL, "a lane stream was shut down"));
+        return false;
+      }
+      if (nwrite == NGTCP2_ERR_CALLBACK_FAILURE && cipher_.seal_error()) {
+        fail(error(NEXAR_ERR_INTERNAL, format("sealing a packet for rank %u: %s",
+                                              expected_peer_rank_, cipher_.seal_error())));
         return false;
       }
       fail(from_ngtcp2("ngtcp2_conn_writev_stream", static_cast<int>(nwrite)));

@@ -108,7 +108,7 @@ struct OutgoingMessage {
   uint8_t prefix[wire::kRelayPrefixSize] = {};
 };
 
-class QuicConnection : private PacketCipher::Placer {
+class QuicConnection : private PacketCipher::Placer, private PacketCipher::Source {
  public:
   static constexpr size_t kDataStreams = 4;
 
@@ -181,6 +181,10 @@ class QuicConnection : private PacketCipher::Placer {
     uint64_t end_offset = 0;  // stream offset just past this item
     uint64_t written = 0;     // bytes of header + payload given to ngtcp2
     bool zero_rest = false;   // cancelled mid-way: send zeros for the rest
+    // The payload went to ngtcp2 as stand-in bytes up to stand_in_end (an
+    // offset within the item) and is sealed from `payload` (PacketCipher::Source).
+    bool stand_in = false;
+    uint64_t stand_in_end = 0;
     uint64_t total() const { return header_len + payload_len; }
   };
 
@@ -226,6 +230,11 @@ class QuicConnection : private PacketCipher::Placer {
   size_t on_stream_data(int64_t stream_id, uint64_t offset, const uint8_t *data, size_t len);
   uint8_t *place(int64_t stream_id, uint64_t offset, size_t len, size_t *n) override;
   void placed(int64_t stream_id, uint64_t offset, size_t n, const uint8_t *to) override;
+  bool standing_in() const override { return stand_in_items_ > 0; }
+  bool source(int64_t stream_id, uint64_t offset, size_t len, const uint8_t **from,
+              size_t *n) override;
+  // Every SendItem leaves its stream through here (acknowledged, dropped or failed).
+  void forget_item(const SendItem &it);
   SendStream *pick_stream();
   SendStream *stream_by_id(int64_t stream_id);
   void fail(const Status &why);
@@ -293,6 +302,7 @@ class QuicConnection : private PacketCipher::Placer {
   std::unordered_map<int64_t, RecvStream> recv_;
   Placement placement_;
   uint64_t queued_bytes_ = 0;
+  size_t stand_in_items_ = 0;  // queued items with stand_in set
 };
 
 }  // namespace nexar

@@ -25,6 +25,7 @@ struct TransportStats {
   uint64_t streams_opened = 0, streams_accepted = 0;
   uint64_t packets_fast_aead = 0;      // sealed or opened by PacketCipher's fast path
   uint64_t bytes_opened_in_place = 0;  // payload opened straight into its receive
+  uint64_t bytes_sealed_in_place = 0;  // payload sealed straight from the sender's memory
 };
 
 class QuicEndpoint {

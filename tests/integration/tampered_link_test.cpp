@@ -10,6 +10,9 @@
 // bytes sent, a good part of them opened in place.
 // A second relay damages every datagram both ways, the handshake's included:
 // a damaged copy arriving before the original must not stop the dial.
+// A third loses some of rank 1's large datagrams: what QUIC resends is sealed
+// from the sender's buffer again (PacketCipher::Source), found by its stream
+// offset, and the receive still ends exact.
 #include <poll.h>
 
 #include <atomic>
@@ -25,9 +28,11 @@ namespace {
 // Which datagrams the relay sends damaged (each as damaged, original,
 // damaged, original).
 enum class Damage {
-  LargeOneRttToRank0,  // rank 1's 1-RTT datagrams of kLarge bytes or more
-  Everything,          // every datagram both ways, Initial and Handshake too
+  LargeOneRttToRank0,      // rank 1's 1-RTT datagrams of kLarge bytes or more
+  Everything,              // every datagram both ways, Initial and Handshake too
+  LoseLargeOneRttToRank0,  // not damaged: one in kLoseEvery of those is not sent
 };
+constexpr uint64_t kLoseEvery = 6;
 
 class TamperingRelay {
  public:
@@ -50,6 +55,7 @@ class TamperingRelay {
   uint16_t port() const { return port_; }
   uint64_t damaged() const { return damaged_; }
   uint64_t damaged_long_header() const { return damaged_long_header_; }
+  uint64_t lost() const { return lost_; }
 
  private:
   void run() {
@@ -68,9 +74,17 @@ class TamperingRelay {
         // By default only 1-RTT packets (short header): the handshake's are
         // not opened in place.
         const bool short_header = (buf[0] & 0x80) == 0;
-        const bool damage =
-            damage_ == Damage::Everything || (static_cast<size_t>(n) >= kLarge && short_header);
-        forward(buf.data(), static_cast<size_t>(n), damage, back_, server_);
+        const bool large = static_cast<size_t>(n) >= kLarge && short_header;
+        if (damage_ == Damage::LoseLargeOneRttToRank0) {
+          if (large && ++large_seen_ % kLoseEvery == 0) {
+            ++lost_;
+            continue;
+          }
+          forward(buf.data(), static_cast<size_t>(n), false, back_, server_);
+          continue;
+        }
+        forward(buf.data(), static_cast<size_t>(n), damage_ == Damage::Everything || large, back_,
+                server_);
       }
       if (fds[1].revents & POLLIN) {  // rank 0's answers
         const ssize_t n = recv(back_, buf.data(), buf.size(), 0);
@@ -100,7 +114,8 @@ class TamperingRelay {
   int front_ = -1, back_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> damaged_{0}, damaged_long_header_{0};
+  std::atomic<uint64_t> damaged_{0}, damaged_long_header_{0}, lost_{0};
+  uint64_t large_seen_ = 0;  // relay thread only
   std::thread thread_;
 };
 
@@ -158,4 +173,27 @@ TEST(TamperedLink, DamagedHandshakeDatagramsDoNotStopTheDial) {
   std::printf("damaged %llu datagrams, %llu of them handshake\n",
               static_cast<unsigned long long>(pair.relay.damaged()),
               static_cast<unsigned long long>(pair.relay.damaged_long_header()));
+}
+
+// Lost datagrams are resent by QUIC from the same stream offsets: nexar seals
+// those from the sender's buffer again, so more bytes are sealed in place
+// than were sent, and the receive is exact.
+TEST(TamperedLink, LostPacketsAreResentFromTheSendersBuffer) {
+  RelayedPair pair(Damage::LoseLargeOneRttToRank0);
+  ASSERT_NO_FATAL_FAILURE(pair.join());
+  nexar_comm_t **comm = pair.comm;
+
+  const size_t n = 8 << 20;
+  const std::vector<uint8_t> out = pattern(n, 57);
+  std::vector<uint8_t> in;
+  const uint64_t sealed_before = stats(comm[1]).bytes_sealed_in_place;
+  send_to_posted_receive(comm, 1, out, &in, 6, 120);
+  EXPECT_TRUE(in == out) << "resent packets changed the received bytes";
+  EXPECT_GT(pair.relay.lost(), 8u) << "the relay lost too few packets to test anything";
+  const uint64_t sealed = stats(comm[1]).bytes_sealed_in_place - sealed_before;
+  std::printf("lost %llu datagrams; sealed in place: %llu bytes for %zu sent\n",
+              static_cast<unsigned long long>(pair.relay.lost()),
+              static_cast<unsigned long long>(sealed), n);
+  if (fast_aead_in_use())
+    EXPECT_GT(sealed, n) << "the resent data was not sealed from the sender's buffer";
 }

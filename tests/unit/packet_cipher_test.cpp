@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "transport/stream_frame_scan.h"
@@ -276,18 +277,124 @@ TEST(StreamFrameScan, GivesUpRatherThanGuess) {
   EXPECT_FALSE(find_stream_frame(b.data(), 20, b.size(), &f));
   // A Length beyond the payload.
   EXPECT_FALSE(find_stream_frame(b.data(), 256, 4000, &f));
-  // A frame it does not know (MAX_DATA) ahead of the STREAM frame.
-  std::vector<uint8_t> other = {0x10};
-  put_varint(other, 1 << 20, 4);
+  // A frame type QUIC does not define ahead of the STREAM frame.
+  std::vector<uint8_t> other = {0x21};
   const std::vector<uint8_t> rest = payload(5000, true);
   other.insert(other.end(), rest.begin(), rest.end());
   EXPECT_FALSE(find_stream_frame(other.data(), 256, other.size(), &f));
-  // An ACK with more ranges than it scans past.
-  b = payload(5000, true, 40);
-  EXPECT_FALSE(find_stream_frame(b.data(), b.size(), b.size(), &f));
+  // An ACK whose ranges run past the bytes given.
+  b = payload(5000, true, 200);
+  EXPECT_FALSE(find_stream_frame(b.data(), 256, b.size(), &f));
+  // A NEW_CONNECTION_ID with a connection ID longer than QUIC allows.
+  std::vector<uint8_t> cid = {0x18, 0x01, 0x00, 21};
+  cid.resize(cid.size() + 21 + 16, 0xab);
+  cid.insert(cid.end(), rest.begin(), rest.end());
+  EXPECT_FALSE(find_stream_frame(cid.data(), 256, cid.size(), &f));
   // Nothing but padding.
   const std::vector<uint8_t> pad(300, 0);
   EXPECT_FALSE(find_stream_frame(pad.data(), 256, pad.size(), &f));
+}
+
+namespace {
+
+// Every frame type QUIC defines other than STREAM, as ngtcp2 could write it.
+std::vector<uint8_t> every_other_frame() {
+  std::vector<uint8_t> b;
+  auto frame = [&](uint8_t type, std::initializer_list<uint64_t> varints) {
+    b.push_back(type);
+    for (uint64_t v : varints)
+      put_varint(b, v, v < 64 ? 1 : 4);
+  };
+  auto bytes = [&](size_t n, uint8_t fill) { b.insert(b.end(), n, fill); };
+  frame(0x00, {});
+  frame(0x01, {});
+  put_ack(b, 3, false);
+  put_ack(b, 0, true);
+  frame(0x04, {2, 7, 100000});  // RESET_STREAM
+  frame(0x05, {2, 7});          // STOP_SENDING
+  frame(0x06, {9000, 40});      // CRYPTO
+  bytes(40, 0x08);              // (data that looks like a STREAM frame type)
+  frame(0x07, {30});            // NEW_TOKEN
+  bytes(30, 0x0e);
+  frame(0x10, {1 << 20});  // MAX_DATA
+  frame(0x11, {6, 1 << 22});
+  frame(0x12, {100});
+  frame(0x13, {100});
+  frame(0x14, {1 << 20});
+  frame(0x15, {6, 1 << 22});
+  frame(0x16, {100});
+  frame(0x17, {100});
+  frame(0x18, {5, 2});  // NEW_CONNECTION_ID: a 16-byte ID, then the token
+  b.push_back(16);
+  bytes(16 + 16, 0x0c);
+  frame(0x19, {3});  // RETIRE_CONNECTION_ID
+  frame(0x1a, {});   // PATH_CHALLENGE
+  bytes(8, 0x0a);
+  frame(0x1b, {});  // PATH_RESPONSE
+  bytes(8, 0x0b);
+  frame(0x1c, {0x0a, 0x08, 5});  // CONNECTION_CLOSE: code, frame type, reason
+  bytes(5, 'x');
+  frame(0x1d, {77, 3});  // CONNECTION_CLOSE (application)
+  bytes(3, 'y');
+  frame(0x1e, {});    // HANDSHAKE_DONE
+  frame(0x31, {12});  // DATAGRAM with a length
+  bytes(12, 0x09);
+  return b;
+}
+
+// A STREAM frame with a Length field (and an Offset unless offset is 0).
+void put_stream(std::vector<uint8_t> &b, uint64_t sid, uint64_t offset, size_t len, uint8_t fill) {
+  b.push_back(offset ? 0x0e : 0x0a);
+  put_varint(b, sid, 1);
+  if (offset) put_varint(b, offset, 4);
+  put_varint(b, len, 2);
+  b.insert(b.end(), len, fill);
+}
+
+}  // namespace
+
+TEST(StreamFrameScan, WalksEveryFrameToEachStreamFrame) {
+  std::vector<uint8_t> b = every_other_frame();
+  const size_t first = b.size();
+  put_stream(b, 6, 4096, 300, 0x11);
+  const std::vector<uint8_t> others = every_other_frame();
+  b.insert(b.end(), others.begin(), others.end());
+  const size_t second = b.size();
+  put_stream(b, 10, 0, 200, 0x22);
+  const size_t third = b.size();
+  b.push_back(0x0c);  // OFF, no Length: runs to the end
+  put_varint(b, 2, 1);
+  put_varint(b, 1 << 20, 4);
+  b.insert(b.end(), 500, 0x33);
+
+  StreamFrameScanner scan(b.data(), b.size(), b.size());
+  StreamFrameAt f;
+  ASSERT_EQ(scan.next(&f), StreamFrameScanner::Step::kStream);
+  EXPECT_EQ(f.stream_id, 6);
+  EXPECT_EQ(f.offset, 4096u);
+  EXPECT_EQ(f.data_start, first + 1 + 1 + 4 + 2);
+  EXPECT_EQ(f.data_len, 300u);
+  ASSERT_EQ(scan.next(&f), StreamFrameScanner::Step::kStream);
+  EXPECT_EQ(f.stream_id, 10);
+  EXPECT_EQ(f.offset, 0u);
+  EXPECT_EQ(f.data_start, second + 1 + 1 + 2);
+  EXPECT_EQ(f.data_len, 200u);
+  ASSERT_EQ(scan.next(&f), StreamFrameScanner::Step::kStream);
+  EXPECT_EQ(f.stream_id, 2);
+  EXPECT_EQ(f.offset, 1u << 20);
+  EXPECT_EQ(f.data_start, third + 1 + 1 + 4);
+  EXPECT_EQ(f.data_len, 500u);
+  EXPECT_EQ(scan.next(&f), StreamFrameScanner::Step::kEnd);
+  // Opening finds the first one behind every other frame too.
+  ASSERT_TRUE(find_stream_frame(b.data(), first + 16, b.size(), &f));
+  EXPECT_EQ(f.stream_id, 6);
+
+  // No truncation of the frames ahead of the first STREAM frame is read as a
+  // STREAM frame (a cut inside a frame is malformed, one between frames ends).
+  for (size_t cut = 1; cut < first; ++cut) {
+    StreamFrameScanner short_scan(b.data(), cut, cut);
+    EXPECT_NE(short_scan.next(&f), StreamFrameScanner::Step::kStream) << cut;
+  }
 }
 
 namespace {
@@ -392,5 +499,154 @@ TEST(PacketCipher, AForgedPacketIsNeverReportedPlaced) {
     EXPECT_EQ(c.open_payload(plain, &got, SIZE_MAX, flip), NGTCP2_ERR_DECRYPT);
     EXPECT_EQ(c.placer.calls, PacketCipher::available() ? 1u : 0u);
     EXPECT_EQ(c.placer.placed_n, 0u) << "a forged packet was reported placed";
+  }
+}
+
+// ---- Sealing stream data from the sender's memory ----------------------------
+
+namespace {
+
+// Stream 6's bytes from offset 4096 on: the first `held` as ngtcp2 wrote
+// them (a message header), the rest from `memory` (its payload). Every other
+// stream's bytes are in the packet.
+struct TestSource : PacketCipher::Source {
+  std::vector<uint8_t> memory;
+  size_t held = 0;
+  bool active = true;
+  bool lost = false;  // pretend stream 6's bytes are no longer queued
+  size_t calls = 0;
+  bool standing_in() const override { return active; }
+  bool source(int64_t sid, uint64_t offset, size_t len, const uint8_t **from, size_t *n) override {
+    ++calls;
+    *from = nullptr;
+    if (sid != 6) {
+      *n = len;
+      return true;
+    }
+    if (lost || offset < 4096) return false;
+    const size_t at = static_cast<size_t>(offset - 4096);
+    if (at < held) {
+      *n = std::min(len, held - at);
+      return true;
+    }
+    if (at - held >= memory.size()) return false;
+    *from = memory.data() + (at - held);
+    *n = std::min(len, memory.size() - (at - held));
+    return true;
+  }
+};
+
+// A payload whose stream 6 data (held bytes, then data_len - held from the
+// sender's memory) is followed by a frame of stream 10, as ngtcp2 may pack
+// them; and the same payload with stand-in zeros where the memory's bytes go.
+struct StandInPacket {
+  std::vector<uint8_t> real, stand_in;
+  TestSource source;
+  StandInPacket(size_t data_len, size_t held, uint32_t seed) {
+    real = payload(data_len, true);
+    put_stream(real, 10, 777, 100, static_cast<uint8_t>(seed));
+    StreamFrameAt f;
+    EXPECT_TRUE(find_stream_frame(real.data(), 256, real.size(), &f));
+    for (size_t i = held; i < data_len; ++i)
+      real[f.data_start + i] = static_cast<uint8_t>(seed * 7 + i * 31);
+    stand_in = real;
+    std::fill(stand_in.begin() + static_cast<long>(f.data_start + held),
+              stand_in.begin() + static_cast<long>(f.data_start + data_len), 0);
+    source.held = held;
+    source.memory.assign(real.begin() + static_cast<long>(f.data_start + held),
+                         real.begin() + static_cast<long>(f.data_start + data_len));
+  }
+  // A Packet of the stand-in payload, and the same with the real one.
+  Packet packet(uint32_t seed, bool real_bytes) const {
+    const std::vector<uint8_t> &b = real_bytes ? real : stand_in;
+    Packet p = make_packet(b.size(), seed);
+    std::copy(b.begin(), b.end(), p.bytes.begin());
+    return p;
+  }
+};
+
+}  // namespace
+
+TEST(PacketCipher, SealsStandInBytesFromTheSendersMemory) {
+  // On the fast path (the right key offered), and on GnuTLS, which copies
+  // the real bytes into the packet before sealing (no matching key).
+  for (bool fast_key : {true, false}) {
+    uint64_t fast = 0, in_place = 0;
+    PacketCipher pc(&fast, &in_place);
+    pc.offer(fast_key ? kKey : kOtherKey, 16);
+    GnutlsCtx tx(kKey, true), rx(kKey, false);
+    const PacketCipher::Scope scope(&pc);
+    uint32_t seed = 1;
+    uint64_t from_memory = 0;
+    for (size_t data_len : {size_t{20000}, size_t{40001}, size_t{64000}}) {
+      for (size_t held : {size_t{0}, size_t{17}}) {
+        StandInPacket sp(data_len, held, seed);
+        pc.set_source(&sp.source);
+        Packet p = sp.packet(seed, false);
+        const std::vector<uint8_t> want =
+            reference_seal(kKey, sp.packet(seed, true), sp.real.size());
+        ASSERT_EQ(seal(tx, p, sp.real.size()), 0);
+        ASSERT_EQ(p.bytes, want) << "sealed other bytes than the sender's, " << data_len << " "
+                                 << held << (fast_key ? " fast" : " gnutls");
+        std::vector<uint8_t> got;
+        ASSERT_EQ(open(rx, p, sp.real.size(), &got), 0);
+        ASSERT_EQ(got, sp.real);
+        if (fast > 0) from_memory += data_len - held;  // the first packet decides on GnuTLS
+        ++seed;
+      }
+    }
+    EXPECT_EQ(in_place, from_memory) << fast_key;
+    EXPECT_EQ(in_place > 0, fast_key && PacketCipher::available());
+  }
+}
+
+TEST(PacketCipher, WithoutStandInsPacketsAreNotWalked) {
+  uint64_t fast = 0;
+  PacketCipher pc(&fast);
+  pc.offer(kKey, 16);
+  GnutlsCtx tx(kKey, true);
+  const PacketCipher::Scope scope(&pc);
+  StandInPacket sp(30000, 0, 3);
+  sp.source.active = false;
+  pc.set_source(&sp.source);
+  for (uint32_t seed = 0; seed < 3; ++seed) {
+    Packet p = sp.packet(seed, true);
+    const std::vector<uint8_t> want = reference_seal(kKey, p, sp.real.size());
+    ASSERT_EQ(seal(tx, p, sp.real.size()), 0);
+    EXPECT_EQ(p.bytes, want);
+  }
+  EXPECT_EQ(sp.source.calls, 0u);
+}
+
+TEST(PacketCipher, RefusesToSealWhatItCannotFind) {
+  for (bool fast_key : {true, false}) {
+    uint64_t fast = 0;
+    PacketCipher pc(&fast);
+    pc.offer(fast_key ? kKey : kOtherKey, 16);
+    GnutlsCtx tx(kKey, true);
+    const PacketCipher::Scope scope(&pc);
+    StandInPacket sp(30000, 0, 5);
+    pc.set_source(&sp.source);
+    Packet first = sp.packet(1, false);  // decides the context
+    ASSERT_EQ(seal(tx, first, sp.real.size()), 0);
+    // Stream data the connection no longer holds.
+    sp.source.lost = true;
+    Packet p = sp.packet(2, false);
+    EXPECT_EQ(seal(tx, p, sp.real.size()), NGTCP2_ERR_CALLBACK_FAILURE);
+    ASSERT_NE(pc.seal_error(), nullptr);
+    EXPECT_NE(std::string(pc.seal_error()).find("no longer queued"), std::string::npos);
+    // A frame the walk does not know, ahead of the stream data.
+    sp.source.lost = false;
+    std::vector<uint8_t> odd = {0x21};
+    odd.insert(odd.end(), sp.stand_in.begin(), sp.stand_in.end());
+    Packet q = make_packet(odd.size(), 3);
+    std::copy(odd.begin(), odd.end(), q.bytes.begin());
+    EXPECT_EQ(seal(tx, q, odd.size()), NGTCP2_ERR_CALLBACK_FAILURE);
+    ASSERT_NE(pc.seal_error(), nullptr);
+    EXPECT_NE(std::string(pc.seal_error()).find("does not know"), std::string::npos);
+    // And a good packet seals again.
+    Packet r = sp.packet(4, false);
+    EXPECT_EQ(seal(tx, r, sp.real.size()), 0);
+    EXPECT_EQ(pc.seal_error(), nullptr);
   }
 }
