@@ -192,6 +192,7 @@ type Stats struct {
 	RelayBytesHeld      uint64 // bytes held now for forwarding
 	PacketsFastAEAD     uint64 // QUIC packets protected with ipsec-mb's AES-GCM
 	BytesOpenedInPlace  uint64 // received bytes decrypted straight into the receive buffer
+	BytesSealedInPlace  uint64 // sent bytes encrypted straight from the send buffer
 }
 
 // Stats returns the engine's counters (nexar_comm_get_stats).
@@ -220,6 +221,7 @@ func (c *Comm) Stats() (Stats, error) {
 		RelayBytesHeld:      uint64(s.relay_bytes_held),
 		PacketsFastAEAD:     uint64(s.packets_fast_aead),
 		BytesOpenedInPlace:  uint64(s.bytes_opened_in_place),
+		BytesSealedInPlace:  uint64(s.bytes_sealed_in_place),
 	}, nil
 }
 

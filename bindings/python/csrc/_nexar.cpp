@@ -627,6 +627,7 @@ class Communicator {
     d["relay_bytes_held"] = s.relay_bytes_held;
     d["packets_fast_aead"] = s.packets_fast_aead;
     d["bytes_opened_in_place"] = s.bytes_opened_in_place;
+    d["bytes_sealed_in_place"] = s.bytes_sealed_in_place;
     return d;
   }
 

@@ -82,3 +82,23 @@ def test_ring_topology(world):
     assert [c.stats()["connections"] for c in world(4, topology="full")] == [3] * 4
     with pytest.raises(ValueError, match="topology"):
         world(2, topology="star")
+
+
+def test_stats_count_bytes_sealed_and_opened_in_place(world):
+    comms = world(2)
+    out = np.arange(1 << 18, dtype=np.float32)  # 1 MiB: sealed from its buffer
+    got = np.zeros_like(out)
+    before = comms[0].stats()
+
+    def body(c):
+        if c.rank == 0:
+            c.send(out, 1, tag=3)
+        else:
+            c.recv(got, 0, tag=3)
+
+    on_ranks(comms, body)
+    np.testing.assert_array_equal(got, out)
+    after = comms[0].stats()
+    assert {"bytes_sealed_in_place", "bytes_opened_in_place"} <= after.keys()
+    if after["packets_fast_aead"] > 0:  # ipsec-mb in use (CI installs it)
+        assert after["bytes_sealed_in_place"] - before["bytes_sealed_in_place"] > out.nbytes // 2

@@ -103,6 +103,7 @@ int main(void) {
   FIELD(nexar_stats_t, relay_bytes_held);
   FIELD(nexar_stats_t, packets_fast_aead);
   FIELD(nexar_stats_t, bytes_opened_in_place);
+  FIELD(nexar_stats_t, bytes_sealed_in_place);
   printf("];\n");
 
   printf("/// (name, value) of every constant, as C sees them.\n");

@@ -121,6 +121,7 @@ fn rust_fields() -> Vec<(&'static str, usize, usize)> {
         field!(nexar_stats_t, relay_bytes_held),
         field!(nexar_stats_t, packets_fast_aead),
         field!(nexar_stats_t, bytes_opened_in_place),
+        field!(nexar_stats_t, bytes_sealed_in_place),
     ]
 }
 

@@ -230,6 +230,7 @@ pub struct nexar_stats_t {
     pub relay_bytes_held: u64,
     pub packets_fast_aead: u64,
     pub bytes_opened_in_place: u64,
+    pub bytes_sealed_in_place: u64,
 }
 
 // ---- RPC ---------------------------------------------------------------------------------

@@ -85,6 +85,8 @@ pub struct Stats {
     pub packets_fast_aead: u64,
     /// Received payload bytes decrypted straight into the receive buffer.
     pub bytes_opened_in_place: u64,
+    /// Sent payload bytes encrypted straight from the send buffer.
+    pub bytes_sealed_in_place: u64,
 }
 
 impl From<sys::nexar_stats_t> for Stats {
@@ -107,6 +109,7 @@ impl From<sys::nexar_stats_t> for Stats {
             relay_bytes_held: s.relay_bytes_held,
             packets_fast_aead: s.packets_fast_aead,
             bytes_opened_in_place: s.bytes_opened_in_place,
+            bytes_sealed_in_place: s.bytes_sealed_in_place,
         }
     }
 }
