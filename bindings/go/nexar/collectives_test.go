@@ -3,6 +3,7 @@ package nexar_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 
@@ -353,4 +354,118 @@ func TestSplit(t *testing.T) {
 			})
 		})
 	}
+}
+
+// halfCollectives runs AllReduce (every operator), Broadcast, AllGather,
+// ReduceScatter and Send/Recv on one half type (H made by from), with values
+// it holds exactly, so results compare exactly. Summed or compared as
+// integers the bits would give other results: 1+1 would be 0x7800 (Float16)
+// or 0x7f00 (BFloat16), not 2, and a negative value would be the largest.
+func halfCollectives[H nexar.Float16 | nexar.BFloat16](ctx context.Context, c *nexar.Comm,
+	from func(float32) H) error {
+	n, r := c.Size(), c.Rank()
+	hs := func(fs ...float32) []H {
+		out := make([]H, len(fs))
+		for i, f := range fs {
+			out[i] = from(f)
+		}
+		return out
+	}
+	fn, fr := float32(n), float32(r)
+	name := fmt.Sprintf("%T", H(0))
+
+	buf := hs(fr+1, 1, -2.5, -fr, 0.25)
+	if err := nexar.AllReduce(ctx, c, buf, nexar.Sum); err != nil {
+		return err
+	}
+	if err := equal(buf, hs(fn*(fn+1)/2, fn, -2.5*fn, -fn*(fn-1)/2, 0.25*fn)); err != nil {
+		return fmt.Errorf("%s sum: %v", name, err)
+	}
+	buf = hs(fr+1, -1, 0.5)
+	if err := nexar.AllReduce(ctx, c, buf, nexar.Prod); err != nil {
+		return err
+	}
+	fact, sign, pow := float32(1), float32(1), float32(1)
+	for k := 1; k <= n; k++ {
+		fact, sign, pow = fact*float32(k), -sign, pow*0.5
+	}
+	if err := equal(buf, hs(fact, sign, pow)); err != nil {
+		return fmt.Errorf("%s prod: %v", name, err)
+	}
+	buf = hs(fr-1, 1-fr, 2, fr*0.5)
+	if err := nexar.AllReduce(ctx, c, buf, nexar.Max); err != nil {
+		return err
+	}
+	if err := equal(buf, hs(fn-2, 1, 2, (fn-1)*0.5)); err != nil {
+		return fmt.Errorf("%s max: %v", name, err)
+	}
+	buf = hs(fr-1, 1-fr, 2, fr*0.5)
+	if err := nexar.AllReduce(ctx, c, buf, nexar.Min); err != nil {
+		return err
+	}
+	if err := equal(buf, hs(-1, 2-fn, 2, 0)); err != nil {
+		return fmt.Errorf("%s min: %v", name, err)
+	}
+
+	// Broadcast moves the bits: infinities and NaN arrive as they were.
+	nan := float32(math.NaN())
+	sent := hs(1.5, -3, 100, float32(math.Inf(-1)), nan)
+	buf = make([]H, len(sent))
+	if r == n-1 {
+		copy(buf, sent)
+	}
+	if err := nexar.Broadcast(ctx, c, buf, n-1); err != nil {
+		return err
+	}
+	if err := equal(buf, sent); err != nil {
+		return fmt.Errorf("%s broadcast: %v", name, err)
+	}
+
+	in := hs(fr, -0.5*fr)
+	out := make([]H, 2*n)
+	if err := nexar.AllGather(ctx, c, in, out); err != nil {
+		return err
+	}
+	var want []H
+	for k := 0; k < n; k++ {
+		want = append(want, hs(float32(k), -0.5*float32(k))...)
+	}
+	if err := equal(out, want); err != nil {
+		return fmt.Errorf("%s allgather: %v", name, err)
+	}
+
+	in = make([]H, 2*n)
+	for j := range in {
+		in[j] = from(fr + 0.5*float32(j))
+	}
+	out = make([]H, 2)
+	if err := nexar.ReduceScatter(ctx, c, in, out, nexar.Sum); err != nil {
+		return err
+	}
+	if err := equal(out, hs(fn*(fn-1)/2+fn*0.5*float32(2*r), fn*(fn-1)/2+fn*0.5*float32(2*r+1))); err != nil {
+		return fmt.Errorf("%s reduce_scatter: %v", name, err)
+	}
+
+	next, prev := (r+1)%n, (r+n-1)%n
+	done := make(chan error, 1)
+	go func() { done <- nexar.Send(ctx, c, hs(fr, -0.25), next, 9) }()
+	got := make([]H, 2)
+	if err := nexar.Recv(ctx, c, got, prev, 9); err != nil {
+		return err
+	}
+	if err := equal(got, hs(float32(prev), -0.25)); err != nil {
+		return fmt.Errorf("%s send/recv: %v", name, err)
+	}
+	return <-done
+}
+
+func TestHalfCollectives(t *testing.T) {
+	forWorlds(t, func(t *testing.T, comms []*nexar.Comm, ctx context.Context) {
+		onEach(t, comms, func(c *nexar.Comm) error {
+			if err := halfCollectives(ctx, c, nexar.Float16FromFloat32); err != nil {
+				return err
+			}
+			return halfCollectives(ctx, c, nexar.BFloat16FromFloat32)
+		})
+	})
 }

@@ -28,3 +28,6 @@ func PanicInCompletion(op string) (undo func() (fired bool)) {
 		return fired.Load()
 	}
 }
+
+// DtypeOf is the NEXAR_DTYPE_* that T's slices are sent as.
+func DtypeOf[T Numeric]() int32 { return dtypeOf[T]() }

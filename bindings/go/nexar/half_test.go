@@ -233,3 +233,29 @@ func TestHalfString(t *testing.T) {
 		}
 	}
 }
+
+// Each element type's NEXAR_DTYPE_* (include/nexar.h): the half types by
+// their own type, although uint16 is underneath both, the others by kind.
+func TestDtypeOf(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		got, want int32
+	}{
+		{"float32", nexar.DtypeOf[float32](), 0},
+		{"float64", nexar.DtypeOf[float64](), 1},
+		{"Float16", nexar.DtypeOf[nexar.Float16](), 2},
+		{"BFloat16", nexar.DtypeOf[nexar.BFloat16](), 3},
+		{"int8", nexar.DtypeOf[int8](), 4},
+		{"int32", nexar.DtypeOf[int32](), 5},
+		{"int64", nexar.DtypeOf[int64](), 6},
+		{"uint8", nexar.DtypeOf[uint8](), 7},
+		{"byte", nexar.DtypeOf[byte](), 7},
+		{"uint32", nexar.DtypeOf[uint32](), 8},
+		{"uint64", nexar.DtypeOf[uint64](), 9},
+		{"celsius", nexar.DtypeOf[celsius](), 0},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("DtypeOf[%s]() = %d, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+}

@@ -8,11 +8,15 @@ import (
 )
 
 // Numeric is the element types nexar reduces and moves: each maps to a
-// NEXAR_DTYPE_* (float32 F32, float64 F64, int8 I8, int32 I32, int64 I64,
-// uint8 and byte U8, uint32 U32, uint64 U64). Named types over them work too.
-// (nexar's F16 and BF16 have no Go type; move them as uint8 with Send/Recv.)
+// NEXAR_DTYPE_* (float32 F32, float64 F64, Float16 F16, BFloat16 BF16, int8
+// I8, int32 I32, int64 I64, uint8 and byte U8, uint32 U32, uint64 U64).
+// Named types over the built-in ones work too (celsius float32 is F32);
+// Float16 and BFloat16 are taken as they are, since both are uint16
+// underneath: a type defined over one of them is not Numeric, and neither is
+// uint16 (nexar has no 16-bit integer type). Generic code over Numeric that
+// does arithmetic on a Float16 or BFloat16 does it on the bits.
 type Numeric interface {
-	~float32 | ~float64 | ~int8 | ~int32 | ~int64 | ~uint8 | ~uint32 | ~uint64
+	~float32 | ~float64 | Float16 | BFloat16 | ~int8 | ~int32 | ~int64 | ~uint8 | ~uint32 | ~uint64
 }
 
 // Op is a reduction operator (nexar_op_t).
@@ -43,19 +47,27 @@ func (o Op) String() string {
 
 // The NEXAR_DTYPE_* values (include/nexar.h; they never change).
 const (
-	dtF32 int32 = 0
-	dtF64 int32 = 1
-	dtI8  int32 = 4
-	dtI32 int32 = 5
-	dtI64 int32 = 6
-	dtU8  int32 = 7
-	dtU32 int32 = 8
-	dtU64 int32 = 9
+	dtF32  int32 = 0
+	dtF64  int32 = 1
+	dtF16  int32 = 2
+	dtBF16 int32 = 3
+	dtI8   int32 = 4
+	dtI32  int32 = 5
+	dtI64  int32 = 6
+	dtU8   int32 = 7
+	dtU32  int32 = 8
+	dtU64  int32 = 9
 )
 
 // dtypeOf maps T to its NEXAR_DTYPE_*.
 func dtypeOf[T Numeric]() int32 {
 	var z T
+	switch any(z).(type) { // by type first: both are uint16 underneath
+	case Float16:
+		return dtF16
+	case BFloat16:
+		return dtBF16
+	}
 	switch reflect.TypeOf(z).Kind() { // by kind: named types over these count too
 	case reflect.Float32:
 		return dtF32
