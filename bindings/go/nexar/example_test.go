@@ -53,3 +53,13 @@ func ExampleComm_Call() {
 	fmt.Println(string(resp), err)
 	// Output: rank 0 asked "ping" <nil>
 }
+
+// Half-precision values hold their bits; convert them from and to float32.
+func ExampleFloat16FromFloat32() {
+	h, b := nexar.Float16FromFloat32(1), nexar.BFloat16FromFloat32(-2.5)
+	fmt.Printf("%#04x %v %#04x %v\n", uint16(h), h, uint16(b), b.Float32())
+	fmt.Println(nexar.Float16FromFloat32(70000), nexar.Float16(0x0001).Float32())
+	// Output:
+	// 0x3c00 1 0xc020 -2.5
+	// +Inf 5.9604645e-08
+}
