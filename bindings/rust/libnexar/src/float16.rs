@@ -136,14 +136,14 @@ macro_rules! half_type {
         }
 
         impl From<f32> for $t {
-            /// [`from_f32`]($t::from_f32): rounded to nearest even.
+            #[doc = concat!("[`", stringify!($t), "::from_f32`]: rounded to nearest even.")]
             fn from(x: f32) -> $t {
                 $t::from_f32(x)
             }
         }
 
         impl From<$t> for f32 {
-            /// [`to_f32`]($t::to_f32): exact.
+            #[doc = concat!("[`", stringify!($t), "::to_f32`]: exact.")]
             fn from(x: $t) -> f32 {
                 x.to_f32()
             }
@@ -156,8 +156,8 @@ half_type!(Bf16, 0x0000, 0x3f80, 0x7f80, 0x7fc0, 0x7f7f);
 
 impl F16 {
     /// The f16 nearest to `x`, ties to even (what x86's F16C and nexar do):
-    /// values from 65520 up become infinity; values below 2<sup>-14</sup>
-    /// become subnormals (below 2<sup>-25</sup>, zero); a NaN stays a quiet
+    /// magnitudes from 65520 up become infinity; below 2<sup>-14</sup>,
+    /// subnormals (at 2<sup>-25</sup> and below, zero); a NaN stays a quiet
     /// NaN (its payload's top bits kept).
     pub fn from_f32(x: f32) -> F16 {
         let u = x.to_bits();
