@@ -720,7 +720,8 @@ impl Communicator {
     pub fn recv<T: Element>(&self, buf: &mut [T], src: u32, tag: u32) -> Result<()> {
         let bytes = self.byte_len::<T>("recv", buf.len())?;
         // SAFETY: buf writable for `bytes` bytes during the blocking call;
-        // every bit pattern is a valid T (Element is sealed over plain numbers).
+        // every bit pattern is a valid T (Element is sealed over plain numbers
+        // and F16/Bf16, which wrap a u16).
         let st = unsafe {
             sys::nexar_recv(
                 self.as_raw(),

@@ -51,6 +51,7 @@ mod macros;
 
 mod comm;
 mod error;
+mod float16;
 mod log;
 mod options;
 mod pending;
@@ -60,6 +61,7 @@ mod types;
 
 pub use comm::{Communicator, Stats};
 pub use error::{last_error_message, Error, Result, Status};
+pub use float16::{Bf16, F16};
 pub use libnexar_sys as sys;
 pub use log::{clear_log_handler, set_log_handler, LogLevel};
 pub use options::{CompletionMode, Options, PoolProfile, Topology};

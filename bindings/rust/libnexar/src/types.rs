@@ -1,22 +1,22 @@
 //! Element types and reduction operators.
 
+use crate::float16::{Bf16, F16};
 use libnexar_sys as sys;
 
 mod sealed {
     pub trait Sealed {}
 }
 
-/// A nexar data type (`NEXAR_DTYPE_*`). `F16` and `BF16` exist in the C ABI
-/// but have no [`Element`] here (Rust has no such primitive types).
+/// A nexar data type (`NEXAR_DTYPE_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dtype {
     /// `NEXAR_DTYPE_F32`
     F32,
     /// `NEXAR_DTYPE_F64`
     F64,
-    /// `NEXAR_DTYPE_F16`
+    /// `NEXAR_DTYPE_F16`: [`F16`](crate::F16)
     F16,
-    /// `NEXAR_DTYPE_BF16`
+    /// `NEXAR_DTYPE_BF16`: [`Bf16`](crate::Bf16)
     Bf16,
     /// `NEXAR_DTYPE_I8`
     I8,
@@ -56,8 +56,8 @@ impl Dtype {
     }
 }
 
-/// A Rust type nexar can reduce and move: `f32`, `f64`, `i8`, `i32`, `i64`,
-/// `u8`, `u32`, `u64`. Sealed: the list is the C ABI's.
+/// A Rust type nexar can reduce and move: `f32`, `f64`, [`F16`], [`Bf16`],
+/// `i8`, `i32`, `i64`, `u8`, `u32`, `u64`. Sealed: the list is the C ABI's.
 pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
     /// The matching nexar data type.
     const DTYPE: Dtype;
@@ -78,6 +78,8 @@ macro_rules! element {
 element! {
     f32 => F32, 0.0;
     f64 => F64, 0.0;
+    F16 => F16, F16::from_bits(0);
+    Bf16 => Bf16, Bf16::from_bits(0);
     i8 => I8, 0;
     i32 => I32, 0;
     i64 => I64, 0;
@@ -108,5 +110,38 @@ impl Op {
             Op::Min => sys::NEXAR_OP_MIN,
             Op::Max => sys::NEXAR_OP_MAX,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{align_of, size_of};
+
+    fn check<T: Element>(code: sys::nexar_dtype_t) {
+        assert_eq!(T::DTYPE.code(), code, "{:?}", T::DTYPE);
+        assert_eq!(
+            size_of::<T>(),
+            T::DTYPE.size(),
+            "{:?}: nexar's size",
+            T::DTYPE
+        );
+        assert!(align_of::<T>() <= size_of::<T>());
+    }
+
+    #[test]
+    fn every_element_has_nexars_dtype_and_size() {
+        check::<f32>(sys::NEXAR_DTYPE_F32);
+        check::<f64>(sys::NEXAR_DTYPE_F64);
+        check::<F16>(sys::NEXAR_DTYPE_F16);
+        check::<Bf16>(sys::NEXAR_DTYPE_BF16);
+        check::<i8>(sys::NEXAR_DTYPE_I8);
+        check::<i32>(sys::NEXAR_DTYPE_I32);
+        check::<i64>(sys::NEXAR_DTYPE_I64);
+        check::<u8>(sys::NEXAR_DTYPE_U8);
+        check::<u32>(sys::NEXAR_DTYPE_U32);
+        check::<u64>(sys::NEXAR_DTYPE_U64);
+        assert_eq!(F16::ZERO.to_bits(), <F16 as Element>::ZERO.to_bits());
+        assert_eq!(Bf16::ZERO.to_bits(), <Bf16 as Element>::ZERO.to_bits());
     }
 }

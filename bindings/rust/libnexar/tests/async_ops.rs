@@ -5,7 +5,7 @@
 mod common;
 
 use common::world;
-use libnexar::{block_on, Op, Pending, Status};
+use libnexar::{block_on, Bf16, Op, Pending, Status, F16};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 use std::pin::Pin;
@@ -172,6 +172,83 @@ fn every_async_collective() {
         let r = r as i64;
         assert_eq!(v.unwrap(), vec![r * (r + 1) / 2]);
     }
+}
+
+#[test]
+fn f16_and_bf16_from_one_thread() {
+    // Values and partial results exact in both types: compared bit for bit.
+    fn h(v: &[f32]) -> Vec<F16> {
+        v.iter().map(|&x| F16::from_f32(x)).collect()
+    }
+    fn b(v: &[f32]) -> Vec<Bf16> {
+        v.iter().map(|&x| Bf16::from(x)).collect()
+    }
+    fn bits<T>(v: Vec<T>, to_bits: fn(T) -> u16) -> Vec<u16> {
+        v.into_iter().map(to_bits).collect()
+    }
+    let w = world(3);
+    let rows: [[f32; 3]; 3] = [[0.5, -2.0, 96.0], [1.5, -4.0, 64.0], [2.5, -6.0, 32.0]];
+    let mut f16_sum = Vec::new();
+    let mut bf16_sum = Vec::new();
+    let mut f16_max = Vec::new();
+    let mut bf16_min = Vec::new();
+    let mut bcast = Vec::new();
+    let mut f16_gather = Vec::new();
+    let mut bf16_gather = Vec::new();
+    for c in &w {
+        let row = &rows[c.rank() as usize];
+        let r = c.rank() as f32;
+        f16_sum.push(c.all_reduce_async(h(row), Op::Sum));
+        bf16_sum.push(c.all_reduce_async(b(row), Op::Sum));
+        f16_max.push(c.all_reduce_async(h(row), Op::Max));
+        bf16_min.push(c.all_reduce_async(b(row), Op::Min));
+        let v = if c.rank() == 1 {
+            b(&[-1.5, f32::INFINITY, 1.0e30])
+        } else {
+            vec![Bf16::ZERO; 3]
+        };
+        bcast.push(c.broadcast_async(v, 1));
+        f16_gather.push(c.all_gather_async(h(&[r, r + 0.125])));
+        bf16_gather.push(c.all_gather_async(b(&[-r])));
+    }
+    let want = bits(h(&[4.5, -12.0, 192.0]), F16::to_bits);
+    for v in join_all(f16_sum) {
+        assert_eq!(bits(v.unwrap(), F16::to_bits), want);
+    }
+    let want = bits(b(&[4.5, -12.0, 192.0]), Bf16::to_bits);
+    for v in join_all(bf16_sum) {
+        assert_eq!(bits(v.unwrap(), Bf16::to_bits), want);
+    }
+    let want = bits(h(&[2.5, -2.0, 96.0]), F16::to_bits);
+    for v in join_all(f16_max) {
+        assert_eq!(bits(v.unwrap(), F16::to_bits), want);
+    }
+    let want = bits(b(&[0.5, -6.0, 32.0]), Bf16::to_bits);
+    for v in join_all(bf16_min) {
+        assert_eq!(bits(v.unwrap(), Bf16::to_bits), want);
+    }
+    let want = bits(b(&[-1.5, f32::INFINITY, 1.0e30]), Bf16::to_bits);
+    for v in join_all(bcast) {
+        assert_eq!(bits(v.unwrap(), Bf16::to_bits), want);
+    }
+    let want = bits(h(&[0.0, 0.125, 1.0, 1.125, 2.0, 2.125]), F16::to_bits);
+    for v in join_all(f16_gather) {
+        assert_eq!(bits(v.unwrap(), F16::to_bits), want);
+    }
+    let want = bits(b(&[-0.0, -1.0, -2.0]), Bf16::to_bits);
+    for v in join_all(bf16_gather) {
+        assert_eq!(bits(v.unwrap(), Bf16::to_bits), want);
+    }
+    // Point to point, asynchronous on both sides.
+    let recv = w[2].recv_async(vec![F16::ZERO; 3], 0, 21);
+    let sent = w[0].send_async(h(&[65504.0, -0.5, 6.0e-8]), 2, 21);
+    let sent = bits(block_on(sent).unwrap(), F16::to_bits);
+    assert_eq!(
+        sent,
+        [0x7bff, 0xb800, 0x0001],
+        "send yields its buffer back"
+    );
+    assert_eq!(bits(block_on(recv).unwrap(), F16::to_bits), sent);
 }
 
 #[test]

@@ -1,10 +1,11 @@
 //! Every blocking collective, with exact results, on 2 and 3 ranks; every
-//! element type and operator through all_reduce.
+//! element type and operator through all_reduce; F16 and Bf16 through
+//! all_reduce, broadcast and all_gather.
 
 mod common;
 
 use common::{on_each, world};
-use libnexar::{Communicator, Element, Op, Status};
+use libnexar::{Bf16, Communicator, Element, Op, Status, F16};
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
@@ -123,6 +124,156 @@ fn all_reduce_u32() {
 #[test]
 fn all_reduce_u64() {
     every_op::<u64>();
+}
+
+/// The half-precision types, compared bit for bit.
+trait Half: Element + From<f32> + Debug {
+    /// The step between 1 and the next value.
+    const ULP: f32;
+    fn bits(self) -> u16;
+    fn value(self) -> f32;
+}
+
+impl Half for F16 {
+    const ULP: f32 = 1.0 / 1024.0;
+    fn bits(self) -> u16 {
+        self.to_bits()
+    }
+    fn value(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+impl Half for Bf16 {
+    const ULP: f32 = 1.0 / 128.0;
+    fn bits(self) -> u16 {
+        self.to_bits()
+    }
+    fn value(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+fn halves<T: Half>(v: &[f32]) -> Vec<T> {
+    v.iter().map(|&x| T::from(x)).collect()
+}
+
+fn bits<T: Half>(v: &[T]) -> Vec<u16> {
+    v.iter().map(|&x| x.bits()).collect()
+}
+
+/// all_reduce Sum, Max and Min of F16 or Bf16 on 3 ranks. Every value and
+/// every partial result is exact in both types (whatever order nexar adds
+/// in), so results are compared bit for bit; one column holds an infinity.
+fn half_all_reduce<T: Half>() {
+    let rows: [[f32; 5]; 3] = [
+        [0.5, -2.0, 96.0, 0.0, 1.0],
+        [1.5, -4.0, 64.0, 0.25, f32::INFINITY],
+        [2.5, -6.0, 32.0, 0.5, -3.0],
+    ];
+    let w = world(3);
+    let out = on_each(&w, |c| {
+        let mut results = Vec::new();
+        for op in [Op::Sum, Op::Max, Op::Min] {
+            let mut v: Vec<T> = halves(&rows[c.rank() as usize]);
+            c.all_reduce(&mut v, op).unwrap();
+            results.push(bits(&v));
+        }
+        results
+    });
+    let inf = f32::INFINITY;
+    let want = [
+        bits::<T>(&halves(&[4.5, -12.0, 192.0, 0.75, inf])),
+        bits::<T>(&halves(&[2.5, -2.0, 96.0, 0.5, inf])),
+        bits::<T>(&halves(&[0.5, -6.0, 32.0, 0.0, -3.0])),
+    ];
+    for (rank, got) in out.iter().enumerate() {
+        for (k, op) in ["sum", "max", "min"].iter().enumerate() {
+            assert_eq!(got[k], want[k], "rank {} {}", rank, op);
+        }
+    }
+}
+
+#[test]
+fn all_reduce_f16() {
+    half_all_reduce::<F16>();
+}
+#[test]
+fn all_reduce_bf16() {
+    half_all_reduce::<Bf16>();
+}
+
+/// A sum that must round: nexar rounds the exact f32 sum once to nearest
+/// even, which is what T::from(a + b) does here.
+fn half_sum_rounds_like_from_f32<T: Half>() {
+    let u = T::ULP;
+    let w = world(2);
+    let a = [1.0, 1.0 + u, 3.0, -1.0, 1.0];
+    let b = [u / 2.0, u / 2.0, 1.0 / 3.0, -u / 2.0, 0.75 * u];
+    let out = on_each(&w, |c| {
+        let mut v: Vec<T> = halves(if c.rank() == 0 { &a } else { &b });
+        c.all_reduce(&mut v, Op::Sum).unwrap();
+        bits(&v)
+    });
+    let want: Vec<u16> = a
+        .iter()
+        .zip(b.iter())
+        .map(|(&x, &y)| T::from(T::from(x).value() + T::from(y).value()).bits())
+        .collect();
+    // The ties went to even: 1 + u/2 -> 1, (1 + u) + u/2 -> 1 + 2u.
+    assert_eq!(want[0], T::from(1.0).bits());
+    assert_eq!(want[1], T::from(1.0 + 2.0 * u).bits());
+    assert_eq!(want[4], T::from(1.0 + u).bits());
+    for v in out {
+        assert_eq!(v, want);
+    }
+}
+
+#[test]
+fn half_sums_round_to_nearest_even() {
+    half_sum_rounds_like_from_f32::<F16>();
+    half_sum_rounds_like_from_f32::<Bf16>();
+}
+
+/// broadcast from each root and all_gather of F16 or Bf16 on 3 ranks.
+fn half_broadcast_and_all_gather<T: Half>() {
+    let n = 3u32;
+    let w = world(n);
+    for root in 0..n {
+        let out = on_each(&w, |c| {
+            let mut v: Vec<T> = if c.rank() == root {
+                halves(&[root as f32, -0.5, 1024.0, f32::NEG_INFINITY])
+            } else {
+                vec![T::ZERO; 4]
+            };
+            c.broadcast(&mut v, root).unwrap();
+            bits(&v)
+        });
+        let want = bits::<T>(&halves(&[root as f32, -0.5, 1024.0, f32::NEG_INFINITY]));
+        for v in out {
+            assert_eq!(v, want, "root {}", root);
+        }
+    }
+    let out = on_each(&w, |c| {
+        let r = c.rank() as f32;
+        let send: Vec<T> = halves(&[r, -r - 0.25]);
+        let mut recv = vec![T::ZERO; 2 * n as usize];
+        c.all_gather(&send, &mut recv).unwrap();
+        bits(&recv)
+    });
+    let want = bits::<T>(&halves(&[0.0, -0.25, 1.0, -1.25, 2.0, -2.25]));
+    for v in out {
+        assert_eq!(v, want);
+    }
+}
+
+#[test]
+fn broadcast_and_all_gather_f16() {
+    half_broadcast_and_all_gather::<F16>();
+}
+#[test]
+fn broadcast_and_all_gather_bf16() {
+    half_broadcast_and_all_gather::<Bf16>();
 }
 
 #[test]

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{on_each, options, world, world_with};
-use libnexar::{Communicator, Error, Op, Status};
+use libnexar::{Bf16, Communicator, Error, Op, Status, F16};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -66,6 +66,37 @@ fn bytes_are_bytes_whatever_the_element() {
             want.extend_from_slice(&0x0102_0304u32.to_ne_bytes());
             want.extend_from_slice(&0x0506_0708u32.to_ne_bytes());
             assert_eq!(&b[..], &want[..]);
+        }
+    });
+}
+
+#[test]
+fn f16_and_bf16_travel_as_their_bits() {
+    // Two bytes per element, bits untouched (a NaN's payload and sign, a
+    // subnormal, -0).
+    let f16_bits = [0x3c00u16, 0x0001, 0x8000, 0xfd01, 0x7bff];
+    let bf16_bits = [0x3f80u16, 0xc000, 0x7f81, 0x0001];
+    let w = world(2);
+    on_each(&w, |c| {
+        let h: Vec<F16> = f16_bits.iter().map(|&b| F16::from_bits(b)).collect();
+        let b: Vec<Bf16> = bf16_bits.iter().map(|&b| Bf16::from_bits(b)).collect();
+        if c.rank() == 0 {
+            c.send(&h, 1, 4).unwrap();
+            c.send(&h, 1, 5).unwrap();
+            c.send(&b, 1, 6).unwrap();
+        } else {
+            let mut got = vec![F16::ZERO; f16_bits.len()];
+            c.recv(&mut got, 0, 4).unwrap();
+            let got: Vec<u16> = got.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, f16_bits);
+            let mut raw = vec![0u8; 2 * f16_bits.len()];
+            c.recv(&mut raw, 0, 5).unwrap();
+            let want: Vec<u8> = f16_bits.iter().flat_map(|b| b.to_ne_bytes()).collect();
+            assert_eq!(raw, want);
+            let mut got = vec![Bf16::ZERO; bf16_bits.len()];
+            c.recv(&mut got, 0, 6).unwrap();
+            let got: Vec<u16> = got.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, bf16_bits);
         }
     });
 }
