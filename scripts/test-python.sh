@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# The Python binding, as a user installs it: `pip install ./bindings/python`
-# into a fresh virtual environment (Debian's python3 is externally managed,
-# PEP 668), then its tests with pytest (every test bounded by pytest-timeout).
-# Runs for python3 on PATH and, when it is another interpreter, /usr/bin/python3.
+# The Python binding, as a user installs it: a wheel of ./bindings/python
+# (`pip wheel`, what `pip install ./bindings/python` builds) installed into a
+# fresh virtual environment (Debian's python3 is externally managed, PEP 668),
+# then its tests with pytest (every test bounded by pytest-timeout). Runs for
+# python3 on PATH and, when it is another interpreter, /usr/bin/python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh python3 python3-venv python3-dev
+
+# Wheels built by this run only (a stale one must never be installed).
+wheels="$PWD/build-python/wheels"
+rm -rf "$wheels"
 
 run_with() {
   local py="$1" name="$2"
@@ -17,8 +22,15 @@ run_with() {
   # bfloat16 is tested when ml_dtypes installs; the binding works without it.
   "$venv/bin/python" -m pip install -q --disable-pip-version-check ml_dtypes ||
     echo "ml_dtypes did not install: bfloat16 tests skipped"
-  "$venv/bin/python" -m pip install --disable-pip-version-check \
-    -C build-dir="$PWD/build-python/wheel-$name" ./bindings/python
+  # One wheel build per Python version: an interpreter of a version built
+  # already installs that wheel (libnexar is not compiled a second time).
+  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-index \
+       --find-links "$wheels" --force-reinstall --no-deps nexar 2>/dev/null; then
+    "$venv/bin/python" -m pip wheel --disable-pip-version-check --no-deps -w "$wheels" \
+      -C build-dir="$PWD/build-python/wheel-$name" ./bindings/python
+    "$venv/bin/python" -m pip install --disable-pip-version-check --no-index \
+      --find-links "$wheels" --force-reinstall --no-deps nexar
+  fi
   # From the tests' directory, so that `import nexar` is the installed package.
   (cd bindings/python && timeout 900 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
      --timeout 120 tests)
