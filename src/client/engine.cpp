@@ -188,6 +188,12 @@ void Engine::stats(nexar_stats_t *out) {
   });
 }
 
+TransportStats Engine::transport_stats() {
+  TransportStats t;
+  loop_.run_sync([&] { t = endpoint_->stats(); });
+  return t;
+}
+
 bool Engine::forming(uint32_t world_rank) const {
   return direct(world_rank) && !shut_down_ && !peers_[world_rank].ready &&
          !mailbox_->peer_failure(world_rank);

@@ -71,6 +71,8 @@ class Engine : public ConnectionHandler {
 
   // Fills the counters (from any thread).
   void stats(nexar_stats_t *out);
+  // The transport's counters, internal ones included (any thread).
+  TransportStats transport_stats();
 
   // ---- loop thread only ----
   QuicConnection *conn_to(uint32_t world_rank) const;

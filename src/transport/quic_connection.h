@@ -124,7 +124,8 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   // Feeds one QUIC datagram. Returns false once the connection is dead.
   bool read_packet(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);
   // Writes as many packets as congestion and flow control allow. Returns true
-  // if it stopped at its burst limit with more to send.
+  // if it wants another call in the same flush: it stopped at its burst
+  // limit, or it handled a timer that came due while writing.
   bool write();
   void on_expiry();
 
@@ -243,6 +244,8 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   // What close() and drop() share: fails everything queued, tells the handler.
   void end(const Status &why);
   void arm_timer();
+  // ngtcp2_conn_handle_expiry and its failures; false once the connection failed.
+  bool handle_expiry(uint64_t now);
   void finish_items(SendStream &st, const Status &s);
 
   // ngtcp2 callbacks

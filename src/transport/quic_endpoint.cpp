@@ -12,6 +12,7 @@ namespace nexar {
 namespace {
 constexpr size_t kScidLen = 16;
 constexpr size_t kMaxReadBatches = 8;  // per wake-up, so writes and timers get their turn
+constexpr size_t kReadBatch = UdpSocket::kMaxBatch;  // datagrams per recvmmsg
 std::string_view cid_key(const uint8_t *data, size_t len) {
   return std::string_view(reinterpret_cast<const char *>(data), len);
 }
@@ -138,7 +139,12 @@ void QuicEndpoint::on_readable(struct ev_loop *, ev_io *w, int revents) {
 
 void QuicEndpoint::read_socket() {
   for (size_t batch = 0; batch < kMaxReadBatches; ++batch) {
-    if (socket_.receive_batch(rx_, 64) == 0) return;
+    const size_t got = socket_.receive_batch(rx_, kReadBatch);
+    ++stats_.socket_reads;
+    if (got == 0) {
+      ++stats_.empty_socket_reads;
+      return;
+    }
     loop_->note_activity();
     const uint64_t ts = now_ns();  // one clock read per batch
     for (const auto &d : rx_) {
@@ -147,6 +153,10 @@ void QuicEndpoint::read_socket() {
         handle_datagram(d.from, d.data + off, len, ts);
       }
     }
+    // A short batch emptied the queue. The socket is watched level-triggered,
+    // so anything that arrives later wakes the loop again: asking now would
+    // be a wasted recvmmsg on every wake-up.
+    if (got < kReadBatch) return;
   }
 }
 

@@ -26,6 +26,9 @@ struct TransportStats {
   uint64_t packets_fast_aead = 0;      // sealed or opened by PacketCipher's fast path
   uint64_t bytes_opened_in_place = 0;  // payload opened straight into its receive
   uint64_t bytes_sealed_in_place = 0;  // payload sealed straight from the sender's memory
+  // Loop costs (internal; tests hold them down): recvmmsg calls, those that
+  // found nothing, and connection timers armed when already due.
+  uint64_t socket_reads = 0, empty_socket_reads = 0, timers_armed_due = 0;
 };
 
 class QuicEndpoint {

@@ -18,7 +18,7 @@
 
 namespace nexar {
 namespace {
-constexpr size_t kRxSlots = 64;
+constexpr size_t kRxSlots = UdpSocket::kMaxBatch;
 constexpr size_t kRxSlotSize = 65536;  // one GRO super-datagram at most
 constexpr size_t kCtrlSlot = CMSG_SPACE(sizeof(int));
 constexpr int kSocketBuffer = 8 << 20;

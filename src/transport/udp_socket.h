@@ -37,7 +37,10 @@ class UdpSocket {
     size_t segment_size;  // == len unless GRO coalesced several
     SocketAddress from;
   };
-  // Reads up to max datagrams without blocking; returns how many (0 = none).
+  // The most datagrams one receive_batch reads.
+  static constexpr size_t kMaxBatch = 64;
+  // Reads up to max (at most kMaxBatch) datagrams without blocking; returns
+  // how many (0 = none).
   size_t receive_batch(std::vector<Datagram> &out, size_t max);
 
   // Sends `count` packets laid out back to back in buf with the given sizes,
