@@ -1,7 +1,9 @@
 #include "engine/completion_queue.h"
 
+#include <linux/futex.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,16 +12,37 @@ namespace nexar {
 namespace {
 thread_local int t_callback_depth = 0;
 thread_local const OpTracker *t_running_tracker = nullptr;
+
+// The word is the atomic's own storage: std::atomic<uint32_t> is a plain
+// 32-bit integer on Linux, as futex(2) needs.
+uint32_t *futex_word(std::atomic<uint32_t> &a) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  return reinterpret_cast<uint32_t *>(&a);
+}
+
 }  // namespace
+
+void BlockingSlot::complete(Status s) {
+  status = std::move(s);
+  // The caller holds a reference to the slot, so waking after publishing is safe.
+  if (state_.exchange(kDone, std::memory_order_acq_rel) == kSleeping)
+    syscall(SYS_futex, futex_word(state_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
 
 Status BlockingSlot::wait(uint32_t spin_us) {
   if (spin_us) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-    while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+    while (!done() && std::chrono::steady_clock::now() < until)
       sched_yield();  // ranks may outnumber cores: let the I/O thread run
   }
-  std::unique_lock<std::mutex> g(mu);
-  cv.wait(g, [&] { return done.load(std::memory_order_relaxed); });
+  uint32_t seen = kPending;
+  if (state_.compare_exchange_strong(seen, kSleeping, std::memory_order_acq_rel)) seen = kSleeping;
+  // Sleeps while the word still says kSleeping; a wake-up, a signal or a
+  // spurious return all come back here to look again.
+  while (seen != kDone) {
+    syscall(SYS_futex, futex_word(state_), FUTEX_WAIT_PRIVATE, kSleeping, nullptr, nullptr, 0);
+    seen = state_.load(std::memory_order_acquire);
+  }
   return status;
 }
 

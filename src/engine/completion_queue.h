@@ -19,25 +19,26 @@
 namespace nexar {
 
 // A blocking caller waits on this (done == NULL in the C ABI).
+//
+// A futex word rather than a mutex and condition variable: glibc's condition
+// variable hands the woken caller its mutex marked contended, so every
+// blocking call paid one more futex syscall on its way out. Here the caller
+// sleeps only after announcing it, and the completing thread makes a wake-up
+// call only if the caller did.
 struct BlockingSlot {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<bool> done{false};
   Status status;
-  // The caller holds a reference to the slot, so it may notify after
-  // unlocking; notifying under the lock made the woken caller block on the
-  // mutex at once and the completing thread wake it a second time.
-  void complete(Status s) {
-    {
-      std::lock_guard<std::mutex> g(mu);
-      status = std::move(s);
-      done.store(true, std::memory_order_release);
-    }
-    cv.notify_one();
-  }
+  // Written by the engine thread before it publishes completion.
+  void complete(Status s);
   // Polls for up to spin_us (NEXAR_SPIN_US) before sleeping: a sleeping
   // caller costs a wake-up on the critical path of every blocking call.
   Status wait(uint32_t spin_us);
+  bool done() const { return state_.load(std::memory_order_acquire) == kDone; }
+
+ private:
+  static constexpr uint32_t kPending = 0;
+  static constexpr uint32_t kSleeping = 1;  // pending, and the caller sleeps on it
+  static constexpr uint32_t kDone = 2;
+  std::atomic<uint32_t> state_{kPending};
 };
 
 // Counts a communicator's operations from submission until their callback
