@@ -12,7 +12,6 @@ namespace nexar {
 namespace {
 constexpr size_t kScidLen = 16;
 constexpr size_t kMaxReadBatches = 8;  // per wake-up, so writes and timers get their turn
-constexpr size_t kReadBatch = UdpSocket::kMaxBatch;  // datagrams per recvmmsg
 std::string_view cid_key(const uint8_t *data, size_t len) {
   return std::string_view(reinterpret_cast<const char *>(data), len);
 }
@@ -139,7 +138,7 @@ void QuicEndpoint::on_readable(struct ev_loop *, ev_io *w, int revents) {
 
 void QuicEndpoint::read_socket() {
   for (size_t batch = 0; batch < kMaxReadBatches; ++batch) {
-    const size_t got = socket_.receive_batch(rx_, kReadBatch);
+    const size_t got = socket_.receive_batch(rx_);
     ++stats_.socket_reads;
     if (got == 0) {
       ++stats_.empty_socket_reads;
@@ -156,7 +155,7 @@ void QuicEndpoint::read_socket() {
     // A short batch emptied the queue. The socket is watched level-triggered,
     // so anything that arrives later wakes the loop again: asking now would
     // be a wasted recvmmsg on every wake-up.
-    if (got < kReadBatch) return;
+    if (got < UdpSocket::kMaxBatch) return;
   }
 }
 

@@ -18,7 +18,6 @@
 
 namespace nexar {
 namespace {
-constexpr size_t kRxSlots = UdpSocket::kMaxBatch;
 constexpr size_t kRxSlotSize = 65536;  // one GRO super-datagram at most
 constexpr size_t kCtrlSlot = CMSG_SPACE(sizeof(int));
 constexpr int kSocketBuffer = 8 << 20;
@@ -85,20 +84,19 @@ Status UdpSocket::finish() {
   if (getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rcvbuf_len) == 0 && rcvbuf > 0)
     receive_buffer_ = static_cast<size_t>(rcvbuf) / 2;
 
-  rx_buf_.resize(kRxSlots * kRxSlotSize);
-  rx_msgs_.resize(kRxSlots);
-  rx_iov_.resize(kRxSlots);
-  rx_addr_.resize(kRxSlots);
-  rx_ctrl_.resize(kRxSlots * kCtrlSlot);
+  rx_buf_.resize(kMaxBatch * kRxSlotSize);
+  rx_msgs_.resize(kMaxBatch);
+  rx_iov_.resize(kMaxBatch);
+  rx_addr_.resize(kMaxBatch);
+  rx_ctrl_.resize(kMaxBatch * kCtrlSlot);
   LOG_DEBUG("udp socket bound to %s (gso %d, gro %d, receive buffer %zu KiB)",
             local_.to_string().c_str(), gso_, gro_, receive_buffer_ >> 10);
   return {};
 }
 
-size_t UdpSocket::receive_batch(std::vector<Datagram> &out, size_t max) {
+size_t UdpSocket::receive_batch(std::vector<Datagram> &out) {
   out.clear();
-  size_t n = max < kRxSlots ? max : kRxSlots;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < kMaxBatch; ++i) {
     rx_iov_[i] = {rx_buf_.data() + i * kRxSlotSize, kRxSlotSize};
     msghdr &h = rx_msgs_[i].msg_hdr;
     memset(&h, 0, sizeof h);
@@ -109,7 +107,7 @@ size_t UdpSocket::receive_batch(std::vector<Datagram> &out, size_t max) {
     h.msg_control = rx_ctrl_.data() + i * kCtrlSlot;
     h.msg_controllen = kCtrlSlot;
   }
-  int got = recvmmsg(fd_, rx_msgs_.data(), static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+  int got = recvmmsg(fd_, rx_msgs_.data(), kMaxBatch, MSG_DONTWAIT, nullptr);
   if (got <= 0) return 0;
   for (int i = 0; i < got; ++i) {
     msghdr &h = rx_msgs_[i].msg_hdr;

@@ -39,9 +39,9 @@ class UdpSocket {
   };
   // The most datagrams one receive_batch reads.
   static constexpr size_t kMaxBatch = 64;
-  // Reads up to max (at most kMaxBatch) datagrams without blocking; returns
-  // how many (0 = none).
-  size_t receive_batch(std::vector<Datagram> &out, size_t max);
+  // Reads up to kMaxBatch datagrams without blocking; returns how many
+  // (0 = none; fewer than kMaxBatch = the queue was emptied).
+  size_t receive_batch(std::vector<Datagram> &out);
 
   // Sends `count` packets laid out back to back in buf with the given sizes,
   // all to dest; equal-sized runs go out as one GSO send. Returns false if the
