@@ -89,6 +89,16 @@ Status UdpSocket::finish() {
   rx_iov_.resize(kMaxBatch);
   rx_addr_.resize(kMaxBatch);
   rx_ctrl_.resize(kMaxBatch * kCtrlSlot);
+  for (size_t i = 0; i < kMaxBatch; ++i) {
+    rx_iov_[i] = {rx_buf_.data() + i * kRxSlotSize, kRxSlotSize};
+    msghdr &h = rx_msgs_[i].msg_hdr;
+    memset(&h, 0, sizeof h);
+    h.msg_name = &rx_addr_[i];
+    h.msg_iov = &rx_iov_[i];
+    h.msg_iovlen = 1;
+    h.msg_control = rx_ctrl_.data() + i * kCtrlSlot;
+  }
+  rx_filled_ = kMaxBatch;  // every slot's lengths still to set
   LOG_DEBUG("udp socket bound to %s (gso %d, gro %d, receive buffer %zu KiB)",
             local_.to_string().c_str(), gso_, gro_, receive_buffer_ >> 10);
   return {};
@@ -96,18 +106,14 @@ Status UdpSocket::finish() {
 
 size_t UdpSocket::receive_batch(std::vector<Datagram> &out) {
   out.clear();
-  for (size_t i = 0; i < kMaxBatch; ++i) {
-    rx_iov_[i] = {rx_buf_.data() + i * kRxSlotSize, kRxSlotSize};
-    msghdr &h = rx_msgs_[i].msg_hdr;
-    memset(&h, 0, sizeof h);
-    h.msg_name = &rx_addr_[i];
-    h.msg_namelen = sizeof rx_addr_[i];
-    h.msg_iov = &rx_iov_[i];
-    h.msg_iovlen = 1;
-    h.msg_control = rx_ctrl_.data() + i * kCtrlSlot;
-    h.msg_controllen = kCtrlSlot;
+  // The kernel rewrites only the lengths of the slots it filled: restore
+  // those (a wake-up usually fills one or two of the 64).
+  for (size_t i = 0; i < rx_filled_; ++i) {
+    rx_msgs_[i].msg_hdr.msg_namelen = sizeof rx_addr_[i];
+    rx_msgs_[i].msg_hdr.msg_controllen = kCtrlSlot;
   }
   int got = recvmmsg(fd_, rx_msgs_.data(), kMaxBatch, MSG_DONTWAIT, nullptr);
+  rx_filled_ = got > 0 ? static_cast<size_t>(got) : 1;  // a failed call may have touched slot 0
   if (got <= 0) return 0;
   for (int i = 0; i < got; ++i) {
     msghdr &h = rx_msgs_[i].msg_hdr;

@@ -63,6 +63,7 @@ class UdpSocket {
   std::vector<iovec> rx_iov_;
   std::vector<sockaddr_storage> rx_addr_;
   std::vector<uint8_t> rx_ctrl_;
+  size_t rx_filled_ = 0;  // slots the last recvmmsg filled
 };
 
 }  // namespace nexar
