@@ -28,7 +28,8 @@ TEST(BlockingSlot, CompletedBeforeTheWaitReturnsItsStatus) {
 // with and without spinning. A lost wake-up would leave the caller asleep:
 // a watchdog ends the test then, naming the round; a torn status fails it.
 TEST(BlockingSlot, ManyHandOffsLoseNoWakeUp) {
-  std::atomic<int> round{0};
+  // The round the caller waits in; the completer works through it.
+  std::atomic<int> published{-1};
   std::atomic<bool> finished{false};
   std::thread watchdog([&] {
     int last = -1;
@@ -36,7 +37,7 @@ TEST(BlockingSlot, ManyHandOffsLoseNoWakeUp) {
       for (int t = 0; t < 300 && !finished.load(); ++t)
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (finished.load()) return;
-      const int now = round.load();
+      const int now = published.load();
       if (now == last) {
         fprintf(stderr, "BlockingSlot: the caller slept through round %d's completion\n", now);
         std::abort();
@@ -49,7 +50,7 @@ TEST(BlockingSlot, ManyHandOffsLoseNoWakeUp) {
     std::vector<std::shared_ptr<BlockingSlot>> slots(kRounds);
     for (auto &s : slots)
       s = std::make_shared<BlockingSlot>();
-    std::atomic<int> published{-1};
+    published.store(-1);
     std::thread completer([&] {
       for (int i = 0; i < kRounds; ++i) {
         while (published.load(std::memory_order_acquire) < i)
@@ -64,7 +65,6 @@ TEST(BlockingSlot, ManyHandOffsLoseNoWakeUp) {
     });
     int wrong = 0;
     for (int i = 0; i < kRounds; ++i) {
-      round.store(i);
       published.store(i, std::memory_order_release);
       const Status s = slots[static_cast<size_t>(i)]->wait(spin_us);
       if (!s.ok() || s.message != std::to_string(i)) ++wrong;

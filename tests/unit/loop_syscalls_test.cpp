@@ -5,6 +5,8 @@
 // pass). The figures are counts, not times, so they hold on a busy machine.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "cluster/local_bootstrap.h"
 #include "engine_probe.h"
 
@@ -15,44 +17,59 @@ namespace {
 
 constexpr uint32_t kMessages = 300;
 
-// Sends kMessages small frames from a to b, one at a time: each is in b's
-// mailbox before the next leaves, so each arrives on a wake-up of its own.
-void send_one_by_one(Engine &a, Engine &b) {
+// What the sender's and the receiver's counters moved by over the exchange.
+struct Exchange {
+  TransportStats sender, receiver;
+};
+
+TransportStats moved(const TransportStats &before, const TransportStats &after) {
+  TransportStats d;
+  d.socket_reads = after.socket_reads - before.socket_reads;
+  d.empty_socket_reads = after.empty_socket_reads - before.empty_socket_reads;
+  d.timers_armed_due = after.timers_armed_due - before.timers_armed_due;
+  return d;
+}
+
+// Sends kMessages small frames from rank 0 to rank 1, one at a time: each is
+// in the receiver's mailbox before the next leaves, so each arrives on a
+// wake-up of its own.
+void exchange(std::optional<Exchange> *out) {
+  Config cfg;
+  std::vector<std::unique_ptr<Communicator>> w;
+  ASSERT_TRUE(bootstrap_local(2, cfg, &w).ok());
+  Engine &a = w[0]->engine(), &b = w[1]->engine();
+  const TransportStats a0 = a.transport_stats(), b0 = b.transport_stats();
   for (uint32_t i = 0; i < kMessages; ++i) {
     send_frame(a, 1, filled_frame(wire::FrameKind::P2P, 1, 8, static_cast<uint8_t>(i)));
     ASSERT_TRUE(eventually([&] { return stats_of(b).unexpected_bytes == 8 * (i + 1); }))
         << "message " << i << " did not arrive";
   }
+  *out = Exchange{moved(a0, a.transport_stats()), moved(b0, b.transport_stats())};
 }
+
+class LoopSyscalls : public ::testing::Test {
+ protected:
+  // One exchange serves every test of the suite.
+  static void SetUpTestSuite() { exchange(&measured_); }
+  void SetUp() override { ASSERT_TRUE(measured_) << "the exchange failed"; }
+  static std::optional<Exchange> measured_;
+};
+std::optional<Exchange> LoopSyscalls::measured_;
 
 }  // namespace
 
-TEST(LoopSyscalls, OneWakeUpReadsItsDatagramsWithOneCall) {
-  Config cfg;
-  std::vector<std::unique_ptr<Communicator>> w;
-  ASSERT_TRUE(bootstrap_local(2, cfg, &w).ok());
-  Engine &a = w[0]->engine(), &b = w[1]->engine();
-  const TransportStats before = b.transport_stats();
-  send_one_by_one(a, b);
-  const TransportStats after = b.transport_stats();
-  const uint64_t reads = after.socket_reads - before.socket_reads;
-  const uint64_t empty = after.empty_socket_reads - before.empty_socket_reads;
+TEST_F(LoopSyscalls, OneWakeUpReadsItsDatagramsWithOneCall) {
+  const TransportStats &b = measured_->receiver;
   // At least one read per message; reading until EAGAIN made every other call empty.
-  EXPECT_GE(reads, kMessages);
-  EXPECT_LE(empty * 10, reads) << empty << " of " << reads << " recvmmsg calls found nothing";
+  EXPECT_GE(b.socket_reads, kMessages);
+  EXPECT_LE(b.empty_socket_reads * 10, b.socket_reads)
+      << b.empty_socket_reads << " of " << b.socket_reads << " recvmmsg calls found nothing";
 }
 
-TEST(LoopSyscalls, SendingLeavesNoTimerThatIsAlreadyDue) {
-  Config cfg;
-  std::vector<std::unique_ptr<Communicator>> w;
-  ASSERT_TRUE(bootstrap_local(2, cfg, &w).ok());
-  Engine &a = w[0]->engine(), &b = w[1]->engine();
-  const TransportStats before = a.transport_stats();
-  send_one_by_one(a, b);
-  const TransportStats after = a.transport_stats();
+TEST_F(LoopSyscalls, SendingLeavesNoTimerThatIsAlreadyDue) {
   // ngtcp2's pacing deadline after a small packet is due at once; arming a
   // timer for it was one extra poll per send.
-  const uint64_t due = after.timers_armed_due - before.timers_armed_due;
+  const uint64_t due = measured_->sender.timers_armed_due;
   EXPECT_LE(due * 10, kMessages) << due << " timers armed already due for " << kMessages
                                  << " sends";
 }
