@@ -24,12 +24,12 @@ run_with() {
     echo "ml_dtypes did not install: bfloat16 tests skipped"
   # One wheel build per Python version: an interpreter of a version built
   # already installs that wheel (libnexar is not compiled a second time).
-  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-index \
-       --find-links "$wheels" --force-reinstall --no-deps nexar 2>/dev/null; then
+  local install=("$venv/bin/python" -m pip install -q --disable-pip-version-check --no-index
+                 --find-links "$wheels" --force-reinstall --no-deps nexar)
+  if ! "${install[@]}" 2>/dev/null; then
     "$venv/bin/python" -m pip wheel --disable-pip-version-check --no-deps -w "$wheels" \
       -C build-dir="$PWD/build-python/wheel-$name" ./bindings/python
-    "$venv/bin/python" -m pip install --disable-pip-version-check --no-index \
-      --find-links "$wheels" --force-reinstall --no-deps nexar
+    "${install[@]}"
   fi
   # From the tests' directory, so that `import nexar` is the installed package.
   (cd bindings/python && timeout 900 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
