@@ -906,14 +906,16 @@ void QuicConnection::arm_timer() {
     return;
   }
   const uint64_t now = now_ns();
-  if (expiry <= now) ++ep_->stats().timers_armed_due;
+  timer_armed_due_ = expiry <= now;
   const double after = expiry > now ? static_cast<double>(expiry - now) / 1e9 : 0.0;
   timer_.repeat = after > 0 ? after : 1e-6;
   ev_timer_again(ep_->loop()->raw(), &timer_);
 }
 
 void QuicConnection::on_timer(struct ev_loop *, ev_timer *w, int) {
-  static_cast<QuicConnection *>(w->data)->on_expiry();
+  auto *c = static_cast<QuicConnection *>(w->data);
+  if (c->timer_armed_due_) ++c->ep_->stats().timers_fired_due;
+  c->on_expiry();
 }
 
 void QuicConnection::on_expiry() {

@@ -288,6 +288,7 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   PacketCipher cipher_;  // 1-RTT packet protection on the fast AEAD when it has the key
   ngtcp2_path path_;
   ev_timer timer_;
+  bool timer_armed_due_ = false;  // for TransportStats::timers_fired_due
   bool closed_ = false;
   bool write_queued_ = false;
   bool streams_open_ = false;

@@ -27,8 +27,10 @@ struct TransportStats {
   uint64_t bytes_opened_in_place = 0;  // payload opened straight into its receive
   uint64_t bytes_sealed_in_place = 0;  // payload sealed straight from the sender's memory
   // Loop costs (internal; tests hold them down): recvmmsg calls, those that
-  // found nothing, and connection timers armed when already due.
-  uint64_t socket_reads = 0, empty_socket_reads = 0, timers_armed_due = 0;
+  // found nothing, and connection timers that fired having been armed
+  // already due (each an extra poll and loop pass; one re-armed before the
+  // loop polls again cost nothing and is not counted).
+  uint64_t socket_reads = 0, empty_socket_reads = 0, timers_fired_due = 0;
 };
 
 class QuicEndpoint {

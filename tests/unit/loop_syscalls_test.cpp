@@ -5,6 +5,7 @@
 // pass). The figures are counts, not times, so they hold on a busy machine.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <optional>
 
 #include "cluster/local_bootstrap.h"
@@ -26,7 +27,7 @@ TransportStats moved(const TransportStats &before, const TransportStats &after) 
   TransportStats d;
   d.socket_reads = after.socket_reads - before.socket_reads;
   d.empty_socket_reads = after.empty_socket_reads - before.empty_socket_reads;
-  d.timers_armed_due = after.timers_armed_due - before.timers_armed_due;
+  d.timers_fired_due = after.timers_fired_due - before.timers_fired_due;
   return d;
 }
 
@@ -45,6 +46,11 @@ void exchange(std::optional<Exchange> *out) {
         << "message " << i << " did not arrive";
   }
   *out = Exchange{moved(a0, a.transport_stats()), moved(b0, b.transport_stats())};
+  // The counts, for docs/performance.md and for a failure's context.
+  std::printf("receiver: %llu empty of %llu reads; sender: %llu timers fired due\n",
+              static_cast<unsigned long long>((*out)->receiver.empty_socket_reads),
+              static_cast<unsigned long long>((*out)->receiver.socket_reads),
+              static_cast<unsigned long long>((*out)->sender.timers_fired_due));
 }
 
 class LoopSyscalls : public ::testing::Test {
@@ -68,8 +74,9 @@ TEST_F(LoopSyscalls, OneWakeUpReadsItsDatagramsWithOneCall) {
 
 TEST_F(LoopSyscalls, SendingLeavesNoTimerThatIsAlreadyDue) {
   // ngtcp2's pacing deadline after a small packet is due at once; arming a
-  // timer for it was one extra poll per send.
-  const uint64_t due = measured_->sender.timers_armed_due;
-  EXPECT_LE(due * 10, kMessages) << due << " timers armed already due for " << kMessages
+  // timer for it was one extra poll per send. A few still happen when the
+  // thread is preempted between the write and arming its timer.
+  const uint64_t due = measured_->sender.timers_fired_due;
+  EXPECT_LE(due * 10, kMessages) << due << " timers armed already due fired over " << kMessages
                                  << " sends";
 }
