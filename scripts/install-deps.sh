@@ -5,7 +5,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config clang-format
       libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libev-dev libmimalloc-dev
-      libgtest-dev iproute2 binutils "$@")
+      libgtest-dev iproute2 binutils valgrind "$@")
+# valgrind: its header lets the buffer pool leave mimalloc for libc under
+# valgrind (src/core/buffer_pool.cpp), and a test runs a worker under it.
 # ipsec-mb's AES-GCM protects packets ~3x faster than GnuTLS's (x86-64 only;
 # without it the build keeps GnuTLS: src/transport/packet_cipher.h).
 [ "$(dpkg --print-architecture)" = amd64 ] && pkgs+=(libipsec-mb-dev)

@@ -8,32 +8,60 @@
 #include <new>
 #include <utility>
 
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define NEXAR_HAVE_VALGRIND_H 1
+#else
+#define NEXAR_HAVE_VALGRIND_H 0
+#endif
+
 namespace nexar {
 namespace {
 
-std::uint8_t *alloc_storage(std::size_t bytes) {
-#ifdef NEXAR_PLAIN_ALLOCATOR
-  // ThreadSanitizer builds: mimalloc is not instrumented, so TSan cannot see
-  // the synchronisation inside its free lists and reports memory handed from
-  // one thread to another as a race. The libc allocator is intercepted.
-  const std::size_t rounded =
-      (std::max<std::size_t>(bytes, 1) + kBufAlignment - 1) / kBufAlignment * kBufAlignment;
-  void *p = std::aligned_alloc(kBufAlignment, rounded);
+// Whether buffers come from libc instead of mimalloc, decided once per process
+// so that every buffer is freed by the allocator that made it.
+//
+// ThreadSanitizer builds (NEXAR_PLAIN_ALLOCATOR): mimalloc is not
+// instrumented, so TSan cannot see the synchronisation inside its free lists
+// and reports memory handed from one thread to another as a race. The libc
+// allocator is intercepted.
+//
+// Under valgrind: Debian's libmimalloc exports mi_free at the address of its
+// own free(), which memcheck replaces, while mi_malloc_aligned is left alone.
+// Every buffer freed would be reported as an invalid free (and never freed)
+// to anyone running their program under valgrind. libc's allocator is the
+// one valgrind tracks.
+bool use_libc_allocator() noexcept {
+#if defined(NEXAR_PLAIN_ALLOCATOR)
+  return true;
+#elif NEXAR_HAVE_VALGRIND_H
+  static const bool on_valgrind = RUNNING_ON_VALGRIND != 0;
+  return on_valgrind;
 #else
-  // mi_malloc_aligned(0, ..) is valid, but ask for one byte so the result is
-  // always a distinct non-null pointer.
-  void *p = mi_malloc_aligned(std::max<std::size_t>(bytes, 1), kBufAlignment);
+  return false;
 #endif
+}
+
+std::uint8_t *alloc_storage(std::size_t bytes) {
+  // Ask for at least one byte so the result is always a distinct non-null
+  // pointer.
+  void *p = nullptr;
+  if (use_libc_allocator()) {
+    const std::size_t rounded =
+        (std::max<std::size_t>(bytes, 1) + kBufAlignment - 1) / kBufAlignment * kBufAlignment;
+    p = std::aligned_alloc(kBufAlignment, rounded);
+  } else {
+    p = mi_malloc_aligned(std::max<std::size_t>(bytes, 1), kBufAlignment);
+  }
   if (p == nullptr) throw std::bad_alloc();
   return static_cast<std::uint8_t *>(p);
 }
 
 void free_storage(void *p) {
-#ifdef NEXAR_PLAIN_ALLOCATOR
-  std::free(p);
-#else
-  mi_free(p);
-#endif
+  if (use_libc_allocator())
+    std::free(p);
+  else
+    mi_free(p);
 }
 
 constexpr std::size_t index(PoolTier t) noexcept {

@@ -13,7 +13,7 @@
 // than its `count` buffers; otherwise it is freed. A tier with count 0 keeps
 // nothing: its requests are served unpooled, at exactly the requested length
 // (unlike upstream, which clamped 0 to 1). Storage is 64-byte aligned and comes
-// from mimalloc.
+// from mimalloc (from libc under valgrind and in ThreadSanitizer builds).
 #pragma once
 
 #include <array>
