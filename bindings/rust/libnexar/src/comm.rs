@@ -904,7 +904,7 @@ impl Communicator {
         const OP: &str = "all_gather";
         let total = match self.times_size(OP, send.len()) {
             Ok(n) => n,
-            Err(e) => return Pending::failed(e),
+            Err(e) => return Pending::failed(e.with_buffer(send)),
         };
         let comm = self.as_raw();
         let payload = InOut {
@@ -936,7 +936,7 @@ impl Communicator {
         const OP: &str = "reduce_scatter";
         let block = match self.block_len(OP, "send", send.len()) {
             Ok(b) => b,
-            Err(e) => return Pending::failed(e),
+            Err(e) => return Pending::failed(e.with_buffer(send)),
         };
         let comm = self.as_raw();
         let payload = InOut {
@@ -970,7 +970,7 @@ impl Communicator {
         const OP: &str = "all_to_all";
         let block = match self.block_len(OP, "send", send.len()) {
             Ok(b) => b,
-            Err(e) => return Pending::failed(e),
+            Err(e) => return Pending::failed(e.with_buffer(send)),
         };
         let comm = self.as_raw();
         let payload = InOut {
@@ -998,7 +998,7 @@ impl Communicator {
         let total = if is_root {
             match self.times_size(OP, send.len()) {
                 Ok(n) => n,
-                Err(e) => return Pending::failed(e),
+                Err(e) => return Pending::failed(e.with_buffer(send)),
             }
         } else {
             0
@@ -1043,7 +1043,7 @@ impl Communicator {
             match self.times_size(OP, count) {
                 Ok(n) if n == send.len() => {}
                 Ok(_) => {
-                    return Pending::failed(self.invalid(
+                    let err = self.invalid(
                         OP,
                         format!(
                             "the root's send holds {} elements; {} ranks times {} are needed",
@@ -1051,9 +1051,10 @@ impl Communicator {
                             self.size,
                             count
                         ),
-                    ))
+                    );
+                    return Pending::failed(err.with_buffer(send));
                 }
-                Err(e) => return Pending::failed(e),
+                Err(e) => return Pending::failed(e.with_buffer(send)),
             }
         }
         let comm = self.as_raw();
@@ -1101,7 +1102,7 @@ impl Communicator {
     pub fn send_async<T: Element>(&self, buf: Vec<T>, dest: u32, tag: u32) -> Pending<Vec<T>> {
         let bytes = match self.byte_len::<T>("send", buf.len()) {
             Ok(b) => b,
-            Err(e) => return Pending::failed(e),
+            Err(e) => return Pending::failed(e.with_buffer(buf)),
         };
         let comm = self.as_raw();
         pending::submit(
@@ -1120,7 +1121,7 @@ impl Communicator {
     pub fn recv_async<T: Element>(&self, buf: Vec<T>, src: u32, tag: u32) -> Pending<Vec<T>> {
         let bytes = match self.byte_len::<T>("recv", buf.len()) {
             Ok(b) => b,
-            Err(e) => return Pending::failed(e),
+            Err(e) => return Pending::failed(e.with_buffer(buf)),
         };
         let comm = self.as_raw();
         pending::submit(

@@ -1,6 +1,7 @@
 //! Statuses and errors.
 
 use libnexar_sys as sys;
+use std::any::Any;
 use std::ffi::CStr;
 use std::fmt;
 
@@ -195,6 +196,80 @@ pub struct Error {
     pub op: &'static str,
     /// The rank of the communicator the operation ran on, if there was one.
     pub rank: Option<u32>,
+    /// What a failed `*_async` call hands back: the `Vec` it took (for
+    /// `rpc_call_async`, the request). Empty for blocking calls.
+    pub buffer: ReturnedBuffer,
+}
+
+/// The buffer a failed asynchronous operation gives back, so a caller can
+/// retry or reuse it instead of losing it with the error. nexar is done with
+/// it; for an operation that writes into its buffer (all_reduce, recv, ...)
+/// the contents may be partly written.
+///
+/// ```no_run
+/// # fn demo(comm: &libnexar::Communicator) {
+/// match comm.recv_async(vec![0u8; 1024], 1, 7).wait() {
+///     Ok(buf) => println!("received {} bytes", buf.len()),
+///     Err(mut e) => {
+///         let buf: Vec<u8> = e.buffer.take().expect("recv_async gives its buffer back");
+///         eprintln!("{e}; its {} bytes can be used again", buf.len());
+///     }
+/// }
+/// # }
+/// ```
+///
+/// It is not part of the error's identity: a clone of an [`Error`] holds no
+/// buffer (a buffer has one owner), and errors compare equal whatever their
+/// buffers hold.
+#[derive(Default)]
+pub struct ReturnedBuffer(Option<Box<dyn Any + Send + Sync>>);
+
+impl ReturnedBuffer {
+    pub(crate) fn holding<B: Any + Send + Sync>(buffer: B) -> ReturnedBuffer {
+        ReturnedBuffer(Some(Box::new(buffer)))
+    }
+
+    /// Takes the buffer out if it is a `B` (the type given to the `*_async`
+    /// call, e.g. `Vec<f32>`); `None` when there is none or it is another
+    /// type, which then stays.
+    pub fn take<B: Any>(&mut self) -> Option<B> {
+        match self.0.take()?.downcast::<B>() {
+            Ok(b) => Some(*b),
+            Err(other) => {
+                self.0 = Some(other);
+                None
+            }
+        }
+    }
+
+    /// True when there is no buffer (left to take).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+impl Clone for ReturnedBuffer {
+    fn clone(&self) -> ReturnedBuffer {
+        ReturnedBuffer(None)
+    }
+}
+
+impl PartialEq for ReturnedBuffer {
+    fn eq(&self, _: &ReturnedBuffer) -> bool {
+        true
+    }
+}
+
+impl Eq for ReturnedBuffer {}
+
+impl fmt::Debug for ReturnedBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.is_empty() {
+            "ReturnedBuffer(empty)"
+        } else {
+            "ReturnedBuffer(held)"
+        })
+    }
 }
 
 impl Error {
@@ -211,7 +286,14 @@ impl Error {
             message,
             op,
             rank,
+            buffer: ReturnedBuffer::default(),
         }
+    }
+
+    /// This error, handing `buffer` back to the caller.
+    pub(crate) fn with_buffer<B: Any + Send + Sync>(mut self, buffer: B) -> Error {
+        self.buffer = ReturnedBuffer::holding(buffer);
+        self
     }
 
     /// An error for a call that just failed on this thread, with

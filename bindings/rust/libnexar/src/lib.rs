@@ -60,7 +60,7 @@ mod seed;
 mod types;
 
 pub use comm::{Communicator, Stats};
-pub use error::{last_error_message, Error, Result, Status};
+pub use error::{last_error_message, Error, Result, ReturnedBuffer, Status};
 pub use float16::{Bf16, F16};
 pub use libnexar_sys as sys;
 pub use log::{clear_log_handler, set_log_handler, LogLevel};

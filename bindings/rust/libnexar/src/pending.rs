@@ -8,7 +8,7 @@
 //! the future is gone: dropping a `Pending` early is safe, the record (and the
 //! buffers) is freed by whichever of the two lets go last.
 
-use crate::error::{Error, Result, Status};
+use crate::error::{Error, Result, ReturnedBuffer, Status};
 use libnexar_sys as sys;
 use std::cell::Cell;
 use std::future::Future;
@@ -77,28 +77,44 @@ pub(crate) fn lock_unless_in_callback<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, 
 pub(crate) trait Payload: Send + 'static {
     type Output: Send + 'static;
     fn finish(self) -> Option<Self::Output>;
+    /// What the error of a failed operation hands back to the caller: the
+    /// buffer the `*_async` call took (nothing by default).
+    fn give_back(self) -> ReturnedBuffer
+    where
+        Self: Sized,
+    {
+        ReturnedBuffer::default()
+    }
 }
 
-/// One buffer, read and written in place; yields it back.
+/// One buffer, read and written in place; yields it back, and gives it back
+/// on failure.
 pub(crate) struct InPlace<T>(pub Vec<T>);
 
-impl<T: Send + 'static> Payload for InPlace<T> {
+impl<T: Send + Sync + 'static> Payload for InPlace<T> {
     type Output = Vec<T>;
     fn finish(self) -> Option<Vec<T>> {
         Some(self.0)
     }
+    fn give_back(self) -> ReturnedBuffer {
+        ReturnedBuffer::holding(self.0)
+    }
 }
 
-/// An input and an output buffer; yields the output.
+/// An input and an output buffer; yields the output, and gives the input
+/// (the caller's) back on failure.
 pub(crate) struct InOut<T> {
     pub input: Vec<T>,
     pub output: Vec<T>,
 }
 
-impl<T: Send + 'static> Payload for InOut<T> {
+impl<T: Send + Sync + 'static> Payload for InOut<T> {
     type Output = Vec<T>;
     fn finish(self) -> Option<Vec<T>> {
         Some(self.output)
+    }
+    fn give_back(self) -> ReturnedBuffer {
+        ReturnedBuffer::holding(self.input)
     }
 }
 
@@ -132,23 +148,36 @@ pub(crate) struct Shared<P> {
     state: Mutex<State<P>>,
 }
 
+/// A completed operation, as its future collects it.
+struct Finished<O> {
+    status: i32,
+    failed_rank: i32,
+    message: String,
+    /// `Some` exactly when the status is NEXAR_OK.
+    output: Option<O>,
+    /// What a failed operation gives back.
+    buffer: ReturnedBuffer,
+}
+
 /// What a [`Pending`] needs from its record, whatever the payload type.
 trait Completion<O>: Send + Sync {
-    /// `Ready((status, failed_rank, message, output))` once complete; output
-    /// is `Some` exactly when the status is NEXAR_OK.
-    fn poll_outcome(&self, waker: &Waker) -> Poll<(i32, i32, String, Option<O>)>;
+    fn poll_outcome(&self, waker: &Waker) -> Poll<Finished<O>>;
     fn is_complete(&self) -> bool;
 }
 
 impl<P: Payload> Completion<P::Output> for Shared<P> {
-    fn poll_outcome(&self, waker: &Waker) -> Poll<(i32, i32, String, Option<P::Output>)> {
+    fn poll_outcome(&self, waker: &Waker) -> Poll<Finished<P::Output>> {
         let mut st = lock(&self.state);
         match st.outcome.take() {
             Some(o) => {
                 // nexar is done with the buffers: the callback has been called.
                 let payload = st.payload.take();
                 drop(st);
+                let mut buffer = ReturnedBuffer::default();
                 let (message, output) = if o.status != sys::NEXAR_OK {
+                    if let Some(p) = payload {
+                        buffer = p.give_back();
+                    }
                     (o.message, None)
                 } else {
                     match payload.and_then(Payload::finish) {
@@ -156,7 +185,13 @@ impl<P: Payload> Completion<P::Output> for Shared<P> {
                         None => ("nexar reported success without a result".into(), None),
                     }
                 };
-                Poll::Ready((o.status, o.failed_rank, message, output))
+                Poll::Ready(Finished {
+                    status: o.status,
+                    failed_rank: o.failed_rank,
+                    message,
+                    output,
+                    buffer,
+                })
             }
             None => {
                 match &st.waker {
@@ -247,10 +282,13 @@ where
     let user_data = Arc::into_raw(shared.clone()) as *mut c_void;
     let st = call(ptrs, Some(on_done::<P>), user_data);
     if st != sys::NEXAR_OK {
-        let err = Error::last(st, op, Some(rank));
+        let mut err = Error::last(st, op, Some(rank));
         // SAFETY: nexar refused the operation, so done will never run: take
         // back the reference handed to it.
         drop(unsafe { Arc::from_raw(user_data as *const Shared<P>) });
+        if let Some(p) = lock(&shared.state).payload.take() {
+            err.buffer = p.give_back();
+        }
         return Pending::failed(err);
     }
     Pending {
@@ -337,19 +375,23 @@ impl<O> Future for Pending<O> {
         let ready = match &this.inner {
             Inner::Running(c) => match c.poll_outcome(cx.waker()) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready((status, failed_rank, message, output)) => match output {
-                    Some(o) if status == sys::NEXAR_OK => Ok(o),
-                    _ => Err(Error::new(
-                        if status == sys::NEXAR_OK {
-                            Status::Internal
-                        } else {
-                            Status::from_code(status)
-                        },
-                        this.op,
-                        this.rank,
-                        u32::try_from(failed_rank).ok(),
-                        message,
-                    )),
+                Poll::Ready(f) => match f.output {
+                    Some(o) if f.status == sys::NEXAR_OK => Ok(o),
+                    _ => {
+                        let mut err = Error::new(
+                            if f.status == sys::NEXAR_OK {
+                                Status::Internal
+                            } else {
+                                Status::from_code(f.status)
+                            },
+                            this.op,
+                            this.rank,
+                            u32::try_from(f.failed_rank).ok(),
+                            f.message,
+                        );
+                        err.buffer = f.buffer;
+                        Err(err)
+                    }
                 },
             },
             Inner::Failed(_) => match std::mem::replace(&mut this.inner, Inner::Finished) {

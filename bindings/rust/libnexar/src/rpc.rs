@@ -1,6 +1,6 @@
 //! RPC: handlers (Rust closures behind one C trampoline) and responses.
 
-use crate::error::last_error_message;
+use crate::error::{last_error_message, ReturnedBuffer};
 use crate::pending::{CallbackGuard, Payload};
 use libnexar_sys as sys;
 use std::any::Any;
@@ -179,6 +179,9 @@ impl Payload for RpcPayload {
             let response = std::mem::replace(&mut *self.slot, ptr::null_mut());
             take_response(response)
         })
+    }
+    fn give_back(mut self) -> ReturnedBuffer {
+        ReturnedBuffer::holding(std::mem::take(&mut self.request))
     }
 }
 

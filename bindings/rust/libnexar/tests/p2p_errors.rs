@@ -275,6 +275,71 @@ fn dropping_a_communicator_closes_its_pending_operations() {
     assert_eq!(barrier.wait().unwrap_err().status, Status::Closed);
 }
 
+/// A failed `*_async` operation gives its caller's buffer back in the error,
+/// the very allocation (same address, length and contents), whether it failed
+/// in nexar after starting, was refused by nexar, or was refused by the
+/// binding; a blocking call's error holds none.
+#[test]
+fn failed_async_operations_give_their_buffers_back() {
+    let opts = options().p2p_timeout(Duration::from_millis(300));
+    let w = world_with(2, &opts);
+
+    // Failed after nexar took it: a receive nobody sends to times out.
+    let buf: Vec<u32> = (0..1000).collect();
+    let addr = buf.as_ptr();
+    let mut e = w[1].recv_async(buf, 0, 77).wait().unwrap_err();
+    assert_eq!(e.status, Status::Timeout, "{}", e);
+    assert!(!e.buffer.is_empty());
+    assert_eq!(
+        e.buffer.take::<Vec<f32>>(),
+        None,
+        "another type is not taken"
+    );
+    let back: Vec<u32> = e.buffer.take().expect("the receive's buffer comes back");
+    assert_eq!(back.as_ptr(), addr, "the same allocation, not a copy");
+    assert_eq!(
+        back,
+        (0..1000).collect::<Vec<u32>>(),
+        "nothing was received into it"
+    );
+    assert!(e.buffer.is_empty());
+    assert_eq!(e.buffer.take::<Vec<u32>>(), None, "taken once");
+
+    // Refused by nexar at submission (no such rank).
+    let buf = vec![7u8; 64];
+    let addr = buf.as_ptr();
+    let mut e = w[0].send_async(buf, 5, 0).wait().unwrap_err();
+    assert_eq!(e.status, Status::InvalidRank, "{}", e);
+    let back: Vec<u8> = e.buffer.take().expect("a refused send's buffer comes back");
+    assert_eq!((back.as_ptr(), back.len()), (addr, 64));
+
+    // Refused by the binding: 3 elements do not split into 2 blocks. The
+    // send buffer of an operation with a separate output comes back.
+    let mut e = w[0]
+        .reduce_scatter_async(vec![1.5f64; 3], Op::Sum)
+        .wait()
+        .unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument, "{}", e);
+    assert_eq!(e.buffer.take::<Vec<f64>>(), Some(vec![1.5f64; 3]));
+
+    // An RPC call gives its request back.
+    let mut e = w[0]
+        .rpc_call_async(9, 1, b"req".to_vec())
+        .wait()
+        .unwrap_err();
+    assert_eq!(e.status, Status::InvalidRank, "{}", e);
+    assert_eq!(e.buffer.take::<Vec<u8>>(), Some(b"req".to_vec()));
+
+    // A clone holds no buffer and still compares equal; blocking calls hold none.
+    let mut e = w[0].send_async(vec![1i64; 8], 5, 0).wait().unwrap_err();
+    let copy = e.clone();
+    assert!(copy.buffer.is_empty());
+    assert_eq!(copy, e);
+    assert_eq!(e.buffer.take::<Vec<i64>>(), Some(vec![1i64; 8]));
+    let e = w[0].send(&[1u8], 5, 0).unwrap_err();
+    assert!(e.buffer.is_empty());
+}
+
 #[test]
 fn status_codes_and_display() {
     assert_eq!(Status::from_code(-4), Status::Timeout);
@@ -299,6 +364,7 @@ fn status_codes_and_display() {
         message: "no answer".into(),
         op: "all_reduce",
         rank: Some(0),
+        buffer: Default::default(),
     };
     assert_eq!(
         e.to_string(),
