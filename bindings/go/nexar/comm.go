@@ -11,8 +11,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"runtime/cgo"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -26,6 +28,10 @@ func Version() string { return C.GoString(C.nexar_version_string()) }
 // Every method and operation may be called from any goroutine, several at
 // once. Collectives on one communicator must be issued in the same order on
 // every rank (ranks that disagree get ErrMismatch, never a hang).
+//
+// A Comm that becomes unreachable without Close is closed by the garbage
+// collector, as an *os.File is; Close it yourself to release it at a known
+// time.
 type Comm struct {
 	rank, size int
 
@@ -40,6 +46,10 @@ type Comm struct {
 	handlers map[uint32]cgo.Handle // the Handler that nexar calls for each fnID
 }
 
+// finalizerCloses counts the communicators the garbage collector closed (for
+// the tests).
+var finalizerCloses atomic.Int64
+
 func newComm(h *C.nexar_comm_t) *Comm {
 	c := &Comm{
 		h:        h,
@@ -48,6 +58,21 @@ func newComm(h *C.nexar_comm_t) *Comm {
 		handlers: map[uint32]cgo.Handle{},
 	}
 	c.cond.L = &c.mu
+	// Unreachable means no call is running on it (a caller holds it); a
+	// pending cancellable operation whose caller left completes with
+	// ErrClosed. Close runs on its own goroutine: nexar_comm_destroy waits
+	// for this rank's last data to be acknowledged, which must not hold up
+	// the runtime's single finalizer goroutine. A split child outlives its
+	// parent, so the order in which they are collected does not matter. (The
+	// pointer from cond to mu is no cycle for the collector: it ignores
+	// pointers from an object into itself.)
+	runtime.SetFinalizer(c, func(c *Comm) {
+		go func() {
+			if c.Close() == nil {
+				finalizerCloses.Add(1)
+			}
+		}()
+	})
 	return c
 }
 

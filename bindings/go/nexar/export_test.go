@@ -5,6 +5,9 @@ import "sync/atomic"
 // LivePending is the number of cancellable-path records not yet freed.
 func LivePending() int64 { return livePending.Load() }
 
+// FinalizerCloses is the number of communicators the garbage collector closed.
+func FinalizerCloses() int64 { return finalizerCloses.Load() }
+
 // InFlight is the number of calls inside nexar on c right now.
 func InFlight(c *Comm) int {
 	c.mu.Lock()

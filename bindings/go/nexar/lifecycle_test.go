@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -210,5 +211,28 @@ func TestRingTopology(t *testing.T) {
 	}
 	if s.RelayBytesSent == 0 {
 		t.Fatalf("rank 0 relayed nothing in a ring: %+v", s)
+	}
+}
+
+// A Comm nobody closes is closed by the garbage collector once it is
+// unreachable: both ranks' communicators are destroyed by their finalizers.
+func TestUnreachableCommsAreClosedByTheCollector(t *testing.T) {
+	before := nexar.FinalizerCloses()
+	func() {
+		comms, err := nexar.BootstrapLocal(2, nexar.WithConnectTimeout(opTimeout),
+			nexar.WithBarrierTimeout(opTimeout))
+		if err != nil {
+			t.Fatalf("BootstrapLocal(2): %v", err)
+		}
+		onEach(t, comms, func(c *nexar.Comm) error { return c.Barrier(context.Background()) })
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for nexar.FinalizerCloses()-before < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 unreachable communicators closed after 30 s of collections",
+				nexar.FinalizerCloses()-before)
+		}
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
 	}
 }
