@@ -137,8 +137,9 @@ struct Outcome {
 }
 
 struct State<P> {
-    /// Taken by the future once the operation succeeded; otherwise dropped
-    /// with the record.
+    /// Taken by the future once the operation completed: its output on
+    /// success, the caller's buffer back in the error on failure. Dropped
+    /// with the record when the future is gone first.
     payload: Option<P>,
     outcome: Option<Outcome>,
     waker: Option<Waker>,
