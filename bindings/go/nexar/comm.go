@@ -15,7 +15,6 @@ import (
 	"runtime/cgo"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 )
 
@@ -252,87 +251,6 @@ func (c *Comm) Stats() (Stats, error) {
 
 // ---- Creating communicators ---------------------------------------------------
 
-// Option changes one setting of the communicators BootstrapLocal makes. The
-// defaults are nexar's, after the NEXAR_* environment variables.
-type Option func(*config) error
-
-// config is the nexar_comm_options_t BootstrapLocal passes to nexar: filled
-// by nexar_comm_options_init, then changed by each Option.
-type config C.nexar_comm_options_t
-
-func durationOption(name string, d time.Duration, field func(*config) *C.uint64_t) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%s must be positive, not %v", name, d)
-		}
-		*field(c) = millis(d)
-		return nil
-	}
-}
-
-// WithCollectiveTimeout bounds every collective but Barrier (default 30 s).
-func WithCollectiveTimeout(d time.Duration) Option {
-	return durationOption("collective timeout", d,
-		func(c *config) *C.uint64_t { return &c.collective_timeout_ms })
-}
-
-// WithBarrierTimeout bounds Barrier (default 30 s).
-func WithBarrierTimeout(d time.Duration) Option {
-	return durationOption("barrier timeout", d,
-		func(c *config) *C.uint64_t { return &c.barrier_timeout_ms })
-}
-
-// WithP2PTimeout bounds Send and Recv (default 300 s).
-func WithP2PTimeout(d time.Duration) Option {
-	return durationOption("p2p timeout", d, func(c *config) *C.uint64_t { return &c.p2p_timeout_ms })
-}
-
-// WithConnectTimeout bounds forming the mesh (default 30 s).
-func WithConnectTimeout(d time.Duration) Option {
-	return durationOption("connect timeout", d,
-		func(c *config) *C.uint64_t { return &c.connect_timeout_ms })
-}
-
-// WithHeartbeatInterval sets how often peers are probed (default 1 s).
-func WithHeartbeatInterval(d time.Duration) Option {
-	return durationOption("heartbeat interval", d,
-		func(c *config) *C.uint64_t { return &c.heartbeat_interval_ms })
-}
-
-// WithHeartbeatTimeout sets after how long a silent peer counts as failed (default 5 s).
-func WithHeartbeatTimeout(d time.Duration) Option {
-	return durationOption("heartbeat timeout", d,
-		func(c *config) *C.uint64_t { return &c.heartbeat_timeout_ms })
-}
-
-// WithRPCTimeout bounds each Call (default 30 s).
-func WithRPCTimeout(d time.Duration) Option {
-	return durationOption("rpc timeout", d, func(c *config) *C.uint64_t { return &c.rpc_timeout_ms })
-}
-
-// WithTopology chooses the mesh: "full" (every pair connected, the default)
-// or "ring" (each rank connected to its two neighbours, the rest relayed;
-// see docs/relay.md). Every rank must use the same topology.
-func WithTopology(t string) Option {
-	return func(c *config) error {
-		switch t {
-		case "full":
-			c.topology = C.NEXAR_TOPOLOGY_FULL
-		case "ring":
-			c.topology = C.NEXAR_TOPOLOGY_RING
-		default:
-			return fmt.Errorf("topology must be \"full\" or \"ring\", not %q", t)
-		}
-		return nil
-	}
-}
-
-// millis converts a positive duration to whole milliseconds, rounding up.
-func millis(d time.Duration) C.uint64_t {
-	ms := (d + time.Millisecond - 1) / time.Millisecond
-	return C.uint64_t(ms)
-}
-
 // BootstrapLocal makes n communicators in this process (nexar_bootstrap_local),
 // joined by real QUIC connections over loopback, each rank with its own
 // engine; the i-th is rank i. Blocking operations then need one goroutine
@@ -343,19 +261,14 @@ func BootstrapLocal(n int, opts ...Option) ([]*Comm, error) {
 		return nil, newError(op, -1, ErrInvalidArgument, -1,
 			fmt.Sprintf("the world size must be in 1..1024, not %d", n))
 	}
-	var o C.nexar_comm_options_t
-	e := newErr()
-	if err := takeErr(op, -1, C.gx_options_init(&o, &e), &e); err != nil {
+	cfg, err := buildConfig(op, opts)
+	if err != nil {
 		return nil, err
 	}
-	for _, opt := range opts {
-		if err := opt((*config)(&o)); err != nil {
-			return nil, newError(op, -1, ErrInvalidArgument, -1, err.Error())
-		}
-	}
+	defer cfg.free()
 	handles := make([]*C.nexar_comm_t, n) // Go memory holding C pointers only
-	e = newErr()
-	if err := takeErr(op, -1, C.gx_bootstrap_local(&handles[0], C.uint32_t(n), &o, &e), &e); err != nil {
+	e := newErr()
+	if err := takeErr(op, -1, C.gx_bootstrap_local(&handles[0], C.uint32_t(n), &cfg.raw, &e), &e); err != nil {
 		return nil, err
 	}
 	comms := make([]*Comm, n)
@@ -374,6 +287,27 @@ func InitFromEnv() (*Comm, error) {
 	var h *C.nexar_comm_t
 	e := newErr()
 	if err := takeErr("init_from_env", -1, C.gx_init_from_env(&h, &e), &e); err != nil {
+		return nil, err
+	}
+	return newComm(h), nil
+}
+
+// Join joins a cluster through a nexar seed (nexar_comm_join): WithSeed
+// names it, WithClusterToken gives the token it expects, WithWorldSize the
+// number of workers, WithRank the rank to ask for (default: the seed
+// assigns one). It forms the mutually authenticated mesh with every other
+// rank before it returns; a wrong token fails with ErrAuth. Options not
+// given come from the NEXAR_* environment. See docs/cluster.md.
+func Join(opts ...Option) (*Comm, error) {
+	const op = "join"
+	cfg, err := buildConfig(op, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer cfg.free()
+	var h *C.nexar_comm_t
+	e := newErr()
+	if err := takeErr(op, -1, C.gx_join(&h, &cfg.raw, &e), &e); err != nil {
 		return nil, err
 	}
 	return newComm(h), nil

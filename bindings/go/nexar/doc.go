@@ -6,9 +6,10 @@
 // # Communicators
 //
 // InitFromEnv joins the cluster the environment describes (a nexar seed,
-// torchrun, Open MPI, PMI, Slurm); BootstrapLocal makes a whole world in one
-// process (tests, examples); Comm.Split divides one. Close releases a
-// communicator.
+// torchrun, Open MPI, PMI, Slurm); Join joins through a seed named in its
+// options (StartSeed runs one in this process); BootstrapLocal makes a whole
+// world in one process (tests, examples); Comm.Split divides one. Close
+// releases a communicator.
 //
 // # Operations
 //
@@ -58,4 +59,9 @@
 // cancellable path holds none while it waits. Completions and RPC handlers
 // run on nexar's completion thread (a C thread calling into Go); see Handler
 // for what a handler may do.
+//
+// # Logging
+//
+// nexar writes its warnings and errors to stderr; SetLogHandler hands them
+// to a Go function instead (e.g. to log/slog).
 package nexar

@@ -1,6 +1,6 @@
 // The Go binding's C half (see shim.h): wrappers that keep nexar's
-// thread-local error message, and the two trampolines through which nexar's
-// completion thread reaches Go.
+// thread-local error message, and the trampolines through which nexar's
+// threads reach Go.
 #include "shim.h"
 
 #include <stdlib.h>
@@ -32,6 +32,25 @@ static void gx_done(void *user_data, const nexar_completion_t *c) {
 static nexar_status_t gx_serve(void *user_data, uint32_t src_rank, uint32_t fn_id,
                                const void *request, size_t request_len, nexar_rpc_reply_t *reply) {
   return goNexarServe((uintptr_t)user_data, src_rank, fn_id, (void *)request, request_len, reply);
+}
+
+// Any nexar thread, one call at a time: hands the line to Go (log.go). The
+// flag is per thread: Go code called from here runs on this thread.
+static __thread int in_log_callback;
+
+static void gx_log(void *user_data, int32_t level, const char *line) {
+  (void)user_data;
+  in_log_callback = 1;
+  goNexarLog(level, (char *)line);
+  in_log_callback = 0;
+}
+
+nexar_status_t gx_set_log(int enable, gx_err *err) {
+  return fail(NULL, nexar_set_log_callback(enable ? gx_log : NULL, NULL), err);
+}
+
+int gx_in_log_callback(void) {
+  return in_log_callback;
 }
 
 nexar_status_t gx_op(int kind, nexar_comm_t *c, const void *s, void *r, size_t n, nexar_dtype_t t,
@@ -117,6 +136,24 @@ nexar_status_t gx_bootstrap_local(nexar_comm_t **comms, uint32_t n,
 
 nexar_status_t gx_init_from_env(nexar_comm_t **out, gx_err *err) {
   return fail(NULL, nexar_comm_init_from_env(out), err);
+}
+
+nexar_status_t gx_join(nexar_comm_t **out, const nexar_comm_options_t *opts, gx_err *err) {
+  return fail(NULL, nexar_comm_join(out, opts), err);
+}
+
+nexar_status_t gx_seed_options_init(nexar_seed_options_t *opts, gx_err *err) {
+  return fail(NULL, nexar_seed_options_init(opts, sizeof *opts), err);
+}
+
+nexar_status_t gx_seed_start(nexar_seed_t **out, const nexar_seed_options_t *opts, gx_err *err) {
+  return fail(NULL, nexar_seed_start(out, opts), err);
+}
+
+nexar_status_t gx_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms, int32_t *ended, gx_err *err) {
+  nexar_status_t st = nexar_seed_wait(seed, timeout_ms, ended);
+  // While forming, NEXAR_ERR_TIMEOUT only says "not yet": no message to copy.
+  return *ended ? fail(NULL, st, err) : st;
 }
 
 nexar_status_t gx_abort(nexar_comm_t *c, gx_err *err) {

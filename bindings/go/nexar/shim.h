@@ -72,7 +72,19 @@ nexar_status_t gx_options_init(nexar_comm_options_t *opts, gx_err *err);
 nexar_status_t gx_bootstrap_local(nexar_comm_t **comms, uint32_t n,
                                   const nexar_comm_options_t *opts, gx_err *err);
 nexar_status_t gx_init_from_env(nexar_comm_t **out, gx_err *err);
+nexar_status_t gx_join(nexar_comm_t **out, const nexar_comm_options_t *opts, gx_err *err);
+
+nexar_status_t gx_seed_options_init(nexar_seed_options_t *opts, gx_err *err);
+nexar_status_t gx_seed_start(nexar_seed_t **out, const nexar_seed_options_t *opts, gx_err *err);
+/* *ended is 1 once formation ended (the result is returned), 0 while forming. */
+nexar_status_t gx_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms, int32_t *ended, gx_err *err);
 nexar_status_t gx_abort(nexar_comm_t *comm, gx_err *err);
 nexar_status_t gx_stats(nexar_comm_t *comm, nexar_stats_t *stats, gx_err *err);
+
+/* enable != 0 sends nexar's log lines to Go's goNexarLog; 0 restores stderr. */
+nexar_status_t gx_set_log(int enable, gx_err *err);
+
+/* 1 while this thread runs goNexarLog (a handler calling SetLogHandler). */
+int gx_in_log_callback(void);
 
 #endif

@@ -1,0 +1,190 @@
+package nexar
+
+/*
+#include "shim.h"
+#include <stdlib.h>
+*/
+import "C"
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// ---- Options of the communicators BootstrapLocal and Join make ----------------
+
+// Option changes one setting of the communicators BootstrapLocal and Join
+// make. The defaults are nexar's, after the NEXAR_* environment variables.
+type Option func(*config) error
+
+// config is the nexar_comm_options_t passed to nexar, filled by
+// nexar_comm_options_init and then changed by each Option, and the C
+// strings it points to (freed by free once nexar has copied them).
+type config struct {
+	raw  C.nexar_comm_options_t
+	strs []*C.char
+}
+
+// buildConfig makes the options of op: nexar's defaults, then opts.
+func buildConfig(op string, opts []Option) (*config, error) {
+	c := &config{}
+	e := newErr()
+	if err := takeErr(op, -1, C.gx_options_init(&c.raw, &e), &e); err != nil {
+		return nil, err
+	}
+	for _, opt := range opts {
+		if err := opt(c); err != nil {
+			c.free()
+			return nil, newError(op, -1, ErrInvalidArgument, -1, err.Error())
+		}
+	}
+	return c, nil
+}
+
+// free releases the C strings; nexar copies every string it keeps.
+func (c *config) free() {
+	for _, p := range c.strs {
+		C.free(unsafe.Pointer(p))
+	}
+	c.strs = nil
+}
+
+// stringOption sets a string field to s (a copy in C memory).
+func stringOption(name, s string, field func(*config) **C.char) Option {
+	return func(c *config) error {
+		if strings.IndexByte(s, 0) >= 0 {
+			return fmt.Errorf("%s must not contain a NUL byte", name)
+		}
+		p := C.CString(s)
+		c.strs = append(c.strs, p)
+		*field(c) = p
+		return nil
+	}
+}
+
+// WithSeed names the seed Join joins, "host:port" (NEXAR_SEED).
+func WithSeed(address string) Option {
+	return stringOption("seed address", address, func(c *config) **C.char { return &c.raw.seed_address })
+}
+
+// WithClusterToken is the token the seed expects (NEXAR_CLUSTER_TOKEN).
+func WithClusterToken(token string) Option {
+	return stringOption("cluster token", token, func(c *config) **C.char { return &c.raw.cluster_token })
+}
+
+// WithListenAddress is the "host:port" this rank's QUIC endpoint binds
+// (NEXAR_LISTEN_ADDR; default: one is picked).
+func WithListenAddress(address string) Option {
+	return stringOption("listen address", address, func(c *config) **C.char { return &c.raw.listen_address })
+}
+
+// WithAdvertiseAddress is the address the other ranks are told to reach
+// this one at (NEXAR_ADVERTISE_ADDR).
+func WithAdvertiseAddress(address string) Option {
+	return stringOption("advertise address", address,
+		func(c *config) **C.char { return &c.raw.advertise_address })
+}
+
+// WithSocketInterface chooses the network interface, in NCCL's syntax
+// (NEXAR_SOCKET_IFNAME, e.g. "eth0" or "^docker").
+func WithSocketInterface(spec string) Option {
+	return stringOption("socket interface", spec, func(c *config) **C.char { return &c.raw.socket_ifname })
+}
+
+// WithRank is the rank Join asks the seed for (NEXAR_RANK; default: the
+// seed assigns one).
+func WithRank(r int) Option {
+	return func(c *config) error {
+		if r < 0 || r >= 1024 {
+			return fmt.Errorf("rank must be in 0..1023, not %d", r)
+		}
+		c.raw.rank = C.int32_t(r)
+		return nil
+	}
+}
+
+// WithWorldSize is the number of ranks Join expects (NEXAR_WORLD_SIZE).
+func WithWorldSize(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > 1024 {
+			return fmt.Errorf("world size must be in 1..1024, not %d", n)
+		}
+		c.raw.world_size = C.uint32_t(n)
+		return nil
+	}
+}
+
+func durationOption(name string, d time.Duration, field func(*config) *C.uint64_t) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%s must be positive, not %v", name, d)
+		}
+		*field(c) = millis(d)
+		return nil
+	}
+}
+
+// WithCollectiveTimeout bounds every collective but Barrier (default 30 s).
+func WithCollectiveTimeout(d time.Duration) Option {
+	return durationOption("collective timeout", d,
+		func(c *config) *C.uint64_t { return &c.raw.collective_timeout_ms })
+}
+
+// WithBarrierTimeout bounds Barrier (default 30 s).
+func WithBarrierTimeout(d time.Duration) Option {
+	return durationOption("barrier timeout", d,
+		func(c *config) *C.uint64_t { return &c.raw.barrier_timeout_ms })
+}
+
+// WithP2PTimeout bounds Send and Recv (default 300 s).
+func WithP2PTimeout(d time.Duration) Option {
+	return durationOption("p2p timeout", d, func(c *config) *C.uint64_t { return &c.raw.p2p_timeout_ms })
+}
+
+// WithConnectTimeout bounds forming the mesh (default 30 s).
+func WithConnectTimeout(d time.Duration) Option {
+	return durationOption("connect timeout", d,
+		func(c *config) *C.uint64_t { return &c.raw.connect_timeout_ms })
+}
+
+// WithHeartbeatInterval sets how often peers are probed (default 1 s).
+func WithHeartbeatInterval(d time.Duration) Option {
+	return durationOption("heartbeat interval", d,
+		func(c *config) *C.uint64_t { return &c.raw.heartbeat_interval_ms })
+}
+
+// WithHeartbeatTimeout sets after how long a silent peer counts as failed (default 5 s).
+func WithHeartbeatTimeout(d time.Duration) Option {
+	return durationOption("heartbeat timeout", d,
+		func(c *config) *C.uint64_t { return &c.raw.heartbeat_timeout_ms })
+}
+
+// WithRPCTimeout bounds each Call (default 30 s).
+func WithRPCTimeout(d time.Duration) Option {
+	return durationOption("rpc timeout", d, func(c *config) *C.uint64_t { return &c.raw.rpc_timeout_ms })
+}
+
+// WithTopology chooses the mesh: "full" (every pair connected, the default)
+// or "ring" (each rank connected to its two neighbours, the rest relayed;
+// see docs/relay.md). Every rank must use the same topology.
+func WithTopology(t string) Option {
+	return func(c *config) error {
+		switch t {
+		case "full":
+			c.raw.topology = C.NEXAR_TOPOLOGY_FULL
+		case "ring":
+			c.raw.topology = C.NEXAR_TOPOLOGY_RING
+		default:
+			return fmt.Errorf("topology must be \"full\" or \"ring\", not %q", t)
+		}
+		return nil
+	}
+}
+
+// millis converts a positive duration to whole milliseconds, rounding up.
+func millis(d time.Duration) C.uint64_t {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return C.uint64_t(ms)
+}
