@@ -8,11 +8,8 @@
 #include <new>
 #include <utility>
 
-#if __has_include(<valgrind/valgrind.h>)
+#ifdef NEXAR_HAVE_VALGRIND_H  // CMake found the header
 #include <valgrind/valgrind.h>
-#define NEXAR_HAVE_VALGRIND_H 1
-#else
-#define NEXAR_HAVE_VALGRIND_H 0
 #endif
 
 namespace nexar {
@@ -34,7 +31,7 @@ namespace {
 bool use_libc_allocator() noexcept {
 #if defined(NEXAR_PLAIN_ALLOCATOR)
   return true;
-#elif NEXAR_HAVE_VALGRIND_H
+#elif defined(NEXAR_HAVE_VALGRIND_H)
   static const bool on_valgrind = RUNNING_ON_VALGRIND != 0;
   return on_valgrind;
 #else
@@ -43,16 +40,13 @@ bool use_libc_allocator() noexcept {
 }
 
 std::uint8_t *alloc_storage(std::size_t bytes) {
-  // Ask for at least one byte so the result is always a distinct non-null
-  // pointer.
+  // At least one byte, so the result is always a distinct non-null pointer.
+  const std::size_t n = std::max<std::size_t>(bytes, 1);
   void *p = nullptr;
-  if (use_libc_allocator()) {
-    const std::size_t rounded =
-        (std::max<std::size_t>(bytes, 1) + kBufAlignment - 1) / kBufAlignment * kBufAlignment;
-    p = std::aligned_alloc(kBufAlignment, rounded);
-  } else {
-    p = mi_malloc_aligned(std::max<std::size_t>(bytes, 1), kBufAlignment);
-  }
+  if (use_libc_allocator())  // aligned_alloc wants a multiple of the alignment
+    p = std::aligned_alloc(kBufAlignment, (n + kBufAlignment - 1) / kBufAlignment * kBufAlignment);
+  else
+    p = mi_malloc_aligned(n, kBufAlignment);
   if (p == nullptr) throw std::bad_alloc();
   return static_cast<std::uint8_t *>(p);
 }
