@@ -149,49 +149,50 @@ pub(crate) struct Shared<P> {
     state: Mutex<State<P>>,
 }
 
-/// A completed operation, as its future collects it.
-struct Finished<O> {
-    status: i32,
-    failed_rank: i32,
-    message: String,
-    /// `Some` exactly when the status is NEXAR_OK.
-    output: Option<O>,
-    /// What a failed operation gives back.
-    buffer: ReturnedBuffer,
-}
-
 /// What a [`Pending`] needs from its record, whatever the payload type.
 trait Completion<O>: Send + Sync {
-    fn poll_outcome(&self, waker: &Waker) -> Poll<Finished<O>>;
+    /// The outcome once complete: the output, or the error of `op` on `rank`
+    /// holding the caller's buffer.
+    fn poll_outcome(&self, waker: &Waker, op: &'static str, rank: Option<u32>) -> Poll<Result<O>>;
     fn is_complete(&self) -> bool;
 }
 
 impl<P: Payload> Completion<P::Output> for Shared<P> {
-    fn poll_outcome(&self, waker: &Waker) -> Poll<Finished<P::Output>> {
+    fn poll_outcome(
+        &self,
+        waker: &Waker,
+        op: &'static str,
+        rank: Option<u32>,
+    ) -> Poll<Result<P::Output>> {
         let mut st = lock(&self.state);
         match st.outcome.take() {
             Some(o) => {
                 // nexar is done with the buffers: the callback has been called.
                 let payload = st.payload.take();
                 drop(st);
-                let mut buffer = ReturnedBuffer::default();
-                let (message, output) = if o.status != sys::NEXAR_OK {
+                let failed_rank = u32::try_from(o.failed_rank).ok();
+                Poll::Ready(if o.status != sys::NEXAR_OK {
+                    let mut err = Error::new(
+                        Status::from_code(o.status),
+                        op,
+                        rank,
+                        failed_rank,
+                        o.message,
+                    );
                     if let Some(p) = payload {
-                        buffer = p.give_back();
+                        err.buffer = p.give_back();
                     }
-                    (o.message, None)
+                    Err(err)
                 } else {
-                    match payload.and_then(Payload::finish) {
-                        Some(out) => (o.message, Some(out)),
-                        None => ("nexar reported success without a result".into(), None),
-                    }
-                };
-                Poll::Ready(Finished {
-                    status: o.status,
-                    failed_rank: o.failed_rank,
-                    message,
-                    output,
-                    buffer,
+                    payload.and_then(Payload::finish).ok_or_else(|| {
+                        Error::new(
+                            Status::Internal,
+                            op,
+                            rank,
+                            failed_rank,
+                            "nexar reported success without a result".into(),
+                        )
+                    })
                 })
             }
             None => {
@@ -374,26 +375,9 @@ impl<O> Future for Pending<O> {
         // Pending is Unpin (no self-references), so this is safe.
         let this = self.get_mut();
         let ready = match &this.inner {
-            Inner::Running(c) => match c.poll_outcome(cx.waker()) {
+            Inner::Running(c) => match c.poll_outcome(cx.waker(), this.op, this.rank) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(f) => match f.output {
-                    Some(o) if f.status == sys::NEXAR_OK => Ok(o),
-                    _ => {
-                        let mut err = Error::new(
-                            if f.status == sys::NEXAR_OK {
-                                Status::Internal
-                            } else {
-                                Status::from_code(f.status)
-                            },
-                            this.op,
-                            this.rank,
-                            u32::try_from(f.failed_rank).ok(),
-                            f.message,
-                        );
-                        err.buffer = f.buffer;
-                        Err(err)
-                    }
-                },
+                Poll::Ready(outcome) => outcome,
             },
             Inner::Failed(_) => match std::mem::replace(&mut this.inner, Inner::Finished) {
                 Inner::Failed(e) => Err(e),
