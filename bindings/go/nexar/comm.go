@@ -257,9 +257,8 @@ func (c *Comm) Stats() (Stats, error) {
 // per rank. For tests, examples and notebooks.
 func BootstrapLocal(n int, opts ...Option) ([]*Comm, error) {
 	const op = "bootstrap_local"
-	if n < 1 || n > 1024 {
-		return nil, newError(op, -1, ErrInvalidArgument, -1,
-			fmt.Sprintf("the world size must be in 1..1024, not %d", n))
+	if err := checkWorldSize(n); err != nil {
+		return nil, newError(op, -1, ErrInvalidArgument, -1, err.Error())
 	}
 	cfg, err := buildConfig(op, opts)
 	if err != nil {

@@ -70,12 +70,10 @@ func SetLogHandler(handler func(level LogLevel, line string)) error {
 	// A new handler is in place before nexar calls Go; nexar's call returns
 	// once a call running with the previous one has ended (for a handler
 	// replacing another, the same C trampoline is registered again for that).
-	if handler != nil {
-		logHandler.Store(&handler)
-	}
 	enable := C.int(0)
 	if handler != nil {
 		enable = 1
+		logHandler.Store(&handler)
 	}
 	e := newErr()
 	if err := takeErr(op, -1, C.gx_set_log(enable, &e), &e); err != nil {

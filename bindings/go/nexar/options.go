@@ -24,7 +24,38 @@ type Option func(*config) error
 // strings it points to (freed by free once nexar has copied them).
 type config struct {
 	raw  C.nexar_comm_options_t
-	strs []*C.char
+	strs cStrings
+}
+
+// cStrings are C copies of Go strings for one call into nexar, which copies
+// every string it keeps; free releases them after the call.
+type cStrings []*C.char
+
+// add copies s into C memory; name says which setting, for the error about
+// a NUL byte (which C would cut the string at).
+func (cs *cStrings) add(name, s string) (*C.char, error) {
+	if strings.IndexByte(s, 0) >= 0 {
+		return nil, fmt.Errorf("the %s must not contain a NUL byte", name)
+	}
+	p := C.CString(s)
+	*cs = append(*cs, p)
+	return p, nil
+}
+
+func (cs *cStrings) free() {
+	for _, p := range *cs {
+		C.free(unsafe.Pointer(p))
+	}
+	*cs = nil
+}
+
+// checkWorldSize is the rule of nexar_bootstrap_local, nexar_comm_join and
+// nexar_seed_start.
+func checkWorldSize(n int) error {
+	if n < 1 || n > 1024 {
+		return fmt.Errorf("the world size must be in 1..1024, not %d", n)
+	}
+	return nil
 }
 
 // buildConfig makes the options of op: nexar's defaults, then opts.
@@ -43,22 +74,15 @@ func buildConfig(op string, opts []Option) (*config, error) {
 	return c, nil
 }
 
-// free releases the C strings; nexar copies every string it keeps.
-func (c *config) free() {
-	for _, p := range c.strs {
-		C.free(unsafe.Pointer(p))
-	}
-	c.strs = nil
-}
+func (c *config) free() { c.strs.free() }
 
 // stringOption sets a string field to s (a copy in C memory).
 func stringOption(name, s string, field func(*config) **C.char) Option {
 	return func(c *config) error {
-		if strings.IndexByte(s, 0) >= 0 {
-			return fmt.Errorf("%s must not contain a NUL byte", name)
+		p, err := c.strs.add(name, s)
+		if err != nil {
+			return err
 		}
-		p := C.CString(s)
-		c.strs = append(c.strs, p)
 		*field(c) = p
 		return nil
 	}
@@ -108,8 +132,8 @@ func WithRank(r int) Option {
 // WithWorldSize is the number of ranks Join expects (NEXAR_WORLD_SIZE).
 func WithWorldSize(n int) Option {
 	return func(c *config) error {
-		if n < 1 || n > 1024 {
-			return fmt.Errorf("world size must be in 1..1024, not %d", n)
+		if err := checkWorldSize(n); err != nil {
+			return err
 		}
 		c.raw.world_size = C.uint32_t(n)
 		return nil

@@ -2,17 +2,14 @@ package nexar
 
 /*
 #include "shim.h"
-#include <stdlib.h>
 */
 import "C"
 
 import (
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
-	"unsafe"
 )
 
 // SeedOptions configure StartSeed. Fields left at their zero value keep
@@ -41,9 +38,8 @@ type Seed struct {
 // token it admits only workers on this host, unless Open is set.
 func StartSeed(o SeedOptions) (*Seed, error) {
 	const op = "seed_start"
-	if o.WorldSize < 1 || o.WorldSize > 1024 {
-		return nil, newError(op, -1, ErrInvalidArgument, -1,
-			fmt.Sprintf("the world size must be in 1..1024, not %d", o.WorldSize))
+	if err := checkWorldSize(o.WorldSize); err != nil {
+		return nil, newError(op, -1, ErrInvalidArgument, -1, err.Error())
 	}
 	if o.FormationTimeout < 0 {
 		return nil, newError(op, -1, ErrInvalidArgument, -1,
@@ -61,12 +57,8 @@ func StartSeed(o SeedOptions) (*Seed, error) {
 	if o.FormationTimeout > 0 {
 		raw.formation_timeout_ms = millis(o.FormationTimeout)
 	}
-	var strs []*C.char
-	defer func() {
-		for _, p := range strs {
-			C.free(unsafe.Pointer(p))
-		}
-	}()
+	var strs cStrings
+	defer strs.free()
 	for _, f := range []struct {
 		name, value string
 		field       **C.char
@@ -79,12 +71,10 @@ func StartSeed(o SeedOptions) (*Seed, error) {
 		if f.value == "" {
 			continue
 		}
-		if strings.IndexByte(f.value, 0) >= 0 {
-			return nil, newError(op, -1, ErrInvalidArgument, -1,
-				fmt.Sprintf("the %s must not contain a NUL byte", f.name))
+		p, err := strs.add(f.name, f.value)
+		if err != nil {
+			return nil, newError(op, -1, ErrInvalidArgument, -1, err.Error())
 		}
-		p := C.CString(f.value)
-		strs = append(strs, p)
 		*f.field = p
 	}
 	var h *C.nexar_seed_t
@@ -131,6 +121,9 @@ func (s *Seed) Wait(timeout time.Duration) (ended bool, err error) {
 		s.mu.Unlock()
 		if done != 0 {
 			return true, takeErr(op, -1, st, &e)
+		}
+		if st != C.NEXAR_ERR_TIMEOUT { // not "still forming": a failed call
+			return false, takeErr(op, -1, st, &e)
 		}
 		if !time.Now().Before(deadline) {
 			return false, nil

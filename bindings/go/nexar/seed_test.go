@@ -3,6 +3,7 @@ package nexar_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -45,9 +46,9 @@ func (l *logLines) find(text string) (string, nexar.LogLevel, bool) {
 
 // A seed started from Go forms a 2-rank world joined from Go; a wrong token
 // is refused with ErrAuth; nexar's log lines reach the Go handler (an open
-// seed warns), a handler that replaces itself gets ErrWouldDeadlock, and a
-// panicking handler loses its line, not the process. Log handlers are
-// process-wide, so this is the only test that sets one.
+// seed warns), and a panicking handler loses its line, not the process. Log
+// handlers are process-wide: only this test and the next set one, one after
+// the other.
 func TestSeedJoinAndLogHandler(t *testing.T) {
 	var got logLines
 	if err := nexar.SetLogHandler(got.add); err != nil {
@@ -124,38 +125,12 @@ func TestSeedJoinAndLogHandler(t *testing.T) {
 	}
 
 	// An open seed logs a warning through the handler.
-	open, err := nexar.StartSeed(nexar.SeedOptions{WorldSize: 1, Open: true})
-	if err != nil {
-		t.Fatalf("StartSeed (open): %v", err)
+	if err := logAWarning(); err != nil {
+		t.Fatal(err)
 	}
-	open.Stop()
 	line, level, ok := got.find("runs open")
 	if !ok || level != nexar.LogWarn || !strings.Contains(line, "warn") {
 		t.Fatalf("no warning about the open seed among the handler's lines: %q", got.snapshot())
-	}
-
-	// Replacing the handler from inside it would wait for itself.
-	inner := make(chan error, 16)
-	if err := nexar.SetLogHandler(func(nexar.LogLevel, string) {
-		select {
-		case inner <- nexar.SetLogHandler(nil):
-		default:
-		}
-	}); err != nil {
-		t.Fatalf("SetLogHandler: %v", err)
-	}
-	open, err = nexar.StartSeed(nexar.SeedOptions{WorldSize: 1, Open: true})
-	if err != nil {
-		t.Fatalf("StartSeed (open): %v", err)
-	}
-	open.Stop()
-	select {
-	case err := <-inner:
-		if !errors.Is(err, nexar.ErrWouldDeadlock) {
-			t.Fatalf("SetLogHandler inside the handler: %v, want ErrWouldDeadlock", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the handler was not called")
 	}
 
 	// A panicking handler loses its line; the process and nexar go on.
@@ -169,11 +144,9 @@ func TestSeedJoinAndLogHandler(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("SetLogHandler: %v", err)
 	}
-	open, err = nexar.StartSeed(nexar.SeedOptions{WorldSize: 1, Open: true})
-	if err != nil {
-		t.Fatalf("StartSeed after a panicking handler: %v", err)
+	if err := logAWarning(); err != nil {
+		t.Fatalf("after a panicking handler: %v", err)
 	}
-	open.Stop()
 	select {
 	case <-panicked:
 	case <-time.After(10 * time.Second):
@@ -182,4 +155,59 @@ func TestSeedJoinAndLogHandler(t *testing.T) {
 	if err := nexar.SetLogHandler(got.add); err != nil {
 		t.Fatalf("SetLogHandler after a panic: %v", err)
 	}
+}
+
+// A handler that replaces the handler while another goroutine's
+// SetLogHandler holds the binding's lock and waits inside nexar for this very
+// call to end gets ErrWouldDeadlock at once (a per-thread flag in shim.c),
+// instead of waiting for that lock, which would hang both. It is the last
+// test of the package: if that hang came back, this test fails after 10 s and
+// leaves nexar's log callback stuck, which no later test could live with.
+func TestLogHandlerReplacedFromInsideWhileAnotherReplacesIt(t *testing.T) {
+	var got logLines
+	running := make(chan struct{})
+	inner := make(chan error, 1)
+	var once sync.Once
+	if err := nexar.SetLogHandler(func(nexar.LogLevel, string) {
+		once.Do(func() {
+			close(running)
+			time.Sleep(200 * time.Millisecond) // the SetLogHandler below waits by now
+			inner <- nexar.SetLogHandler(nil)
+		})
+	}); err != nil {
+		t.Fatalf("SetLogHandler: %v", err)
+	}
+	logged := make(chan error, 1)
+	go func() { logged <- logAWarning() }()
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler was not called")
+	}
+	var replaced error
+	within(t, 10*time.Second, "SetLogHandler while the running handler calls it too", func() {
+		replaced = nexar.SetLogHandler(got.add)
+	})
+	if replaced != nil {
+		t.Fatalf("SetLogHandler while the handler ran: %v", replaced)
+	}
+	if err := <-inner; !errors.Is(err, nexar.ErrWouldDeadlock) {
+		t.Fatalf("SetLogHandler inside the handler: %v, want ErrWouldDeadlock", err)
+	}
+	if err := <-logged; err != nil {
+		t.Fatal(err)
+	}
+	if err := nexar.SetLogHandler(nil); err != nil {
+		t.Fatalf("SetLogHandler(nil): %v", err)
+	}
+}
+
+// logAWarning starts and stops an open seed, which logs a warning.
+func logAWarning() error {
+	open, err := nexar.StartSeed(nexar.SeedOptions{WorldSize: 1, Open: true})
+	if err != nil {
+		return fmt.Errorf("StartSeed (open): %w", err)
+	}
+	open.Stop()
+	return nil
 }

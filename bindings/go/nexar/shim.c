@@ -153,7 +153,7 @@ nexar_status_t gx_seed_start(nexar_seed_t **out, const nexar_seed_options_t *opt
 nexar_status_t gx_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms, int32_t *ended, gx_err *err) {
   nexar_status_t st = nexar_seed_wait(seed, timeout_ms, ended);
   // While forming, NEXAR_ERR_TIMEOUT only says "not yet": no message to copy.
-  return *ended ? fail(NULL, st, err) : st;
+  return *ended || st != NEXAR_ERR_TIMEOUT ? fail(NULL, st, err) : st;
 }
 
 nexar_status_t gx_abort(nexar_comm_t *c, gx_err *err) {

@@ -76,7 +76,8 @@ nexar_status_t gx_join(nexar_comm_t **out, const nexar_comm_options_t *opts, gx_
 
 nexar_status_t gx_seed_options_init(nexar_seed_options_t *opts, gx_err *err);
 nexar_status_t gx_seed_start(nexar_seed_t **out, const nexar_seed_options_t *opts, gx_err *err);
-/* *ended is 1 once formation ended (the result is returned), 0 while forming. */
+/* *ended is 1 once formation ended (the result is returned), 0 while forming
+ * (NEXAR_ERR_TIMEOUT, no message; any other status is a failed call). */
 nexar_status_t gx_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms, int32_t *ended, gx_err *err);
 nexar_status_t gx_abort(nexar_comm_t *comm, gx_err *err);
 nexar_status_t gx_stats(nexar_comm_t *comm, nexar_stats_t *stats, gx_err *err);
