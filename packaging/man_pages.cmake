@@ -1,6 +1,6 @@
 # The tools' manual pages (packaging/man/*.1), compressed and installed with
-# nexar-tools into section 1. tests/packaging/check_man_pages.sh checks that
-# each page names every option its tool's --help prints.
+# nexar-tools into section 1. tests/packaging/man_pages_name_every_option.sh
+# checks that each page names every option its tool's --help prints.
 file(GLOB nexar_man_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/man/*.1)
 set(nexar_man_pages)
 file(MAKE_DIRECTORY ${PROJECT_BINARY_DIR}/man)

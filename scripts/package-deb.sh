@@ -18,7 +18,8 @@ lib_deb="$(ls "$PWD"/build-deb/libnexar0_*.deb)"
 tree="$PWD/build-deb/libnexar0-tree"
 rm -rf "$tree"
 dpkg-deb -R "$lib_deb" "$tree"
-grep -qx 'activate-noawait ldconfig' "$tree/DEBIAN/triggers"
+grep -qx 'activate-noawait ldconfig' "$tree/DEBIAN/triggers" 2>/dev/null ||
+  { echo "package-deb: libnexar0 has no ldconfig trigger (packaging/debian.cmake)" >&2; exit 1; }
 rm -f "$tree/DEBIAN/postinst" "$tree/DEBIAN/postrm"
 dpkg-deb --root-owner-group -b "$tree" "$lib_deb" >/dev/null
 rm -rf "$tree"
