@@ -119,11 +119,10 @@ func (s *Seed) Wait(timeout time.Duration) (ended bool, err error) {
 		e := newErr()
 		st := C.gx_seed_wait(s.h, C.uint32_t(slice/time.Millisecond), &done, &e)
 		s.mu.Unlock()
-		if done != 0 {
-			return true, takeErr(op, -1, st, &e)
-		}
-		if st != C.NEXAR_ERR_TIMEOUT { // not "still forming": a failed call
-			return false, takeErr(op, -1, st, &e)
+		// Formation ended (its result), or the call failed: anything but
+		// "still forming" (NEXAR_ERR_TIMEOUT while not ended).
+		if done != 0 || st != C.NEXAR_ERR_TIMEOUT {
+			return done != 0, takeErr(op, -1, st, &e)
 		}
 		if !time.Now().Before(deadline) {
 			return false, nil
