@@ -9,9 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh dpkg-dev file
-cmake -S . -B build-deb -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
+BUILD_TYPE=RelWithDebInfo scripts/build.sh build-deb -DCMAKE_INSTALL_PREFIX=/usr \
   -DNEXAR_BUILD_TESTS=OFF >/dev/null
-ninja -C build-deb >/dev/null
 rm -f build-deb/*.deb
 (cd build-deb && cpack -G DEB >/dev/null)
 lib_deb="$(ls "$PWD"/build-deb/libnexar0_*.deb)"
