@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CI check of nexar-bench: runs it, then checks what it wrote.
 
-usage: check_bench_output.py BENCH_EXE [--mode rows|timeout] [nexar-bench arguments...]
+usage: check_bench_output.py BENCH_EXE [--mode rows|timeout] [--report] [nexar-bench arguments...]
 
 mode rows (default): runs `BENCH_EXE ARGS --json J --csv C` and asserts that
   it exits 0; that the JSON is an array with one row per expected (lib, op,
@@ -20,6 +20,13 @@ mode rows (default): runs `BENCH_EXE ARGS --json J --csv C` and asserts that
   install it (scripts/test.sh does, first): with --compare, the peers'
   packages (Open MPI: openmpi-bin, libopenmpi-dev; Gloo: libgloo-dev); with
   --plot, a python3 that imports matplotlib.
+  With --report (the checker's own option, not passed on) it also runs
+  nexar_bench_report.py, which scripts/bench.sh uses to rewrite
+  docs/benchmarks.md, on the rows and a page of its own: the marked section
+  must be replaced, holding the command, the machine (CPU and its AES-GCM
+  features) and one table per (ranks, op) with a line per row, and the text
+  around it kept; a page without the markers must be refused and left as it
+  was.
 mode timeout: runs with NEXAR_BENCH_TEST_STALL_SECS set (the worker stalls
   in its first timed phase) and asserts that the run ends well before the
   stall would, exits 1, and reports every row (one per size) as failed,
@@ -36,6 +43,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nexar_bench_report as report  # noqa: E402 (next to this file)
 
 KEYS = {"lib": str, "op": str, "ranks": int, "bytes": int, "median_us": float, "min_us": float,
         "max_us": float, "loop_us": float, "algbw_gbps": float, "busbw_gbps": float,
@@ -126,7 +136,51 @@ def run(bench, args, json_path, csv_path, env=None, timeout=1200):
     return p, time.monotonic() - t0
 
 
+def check_report(rows_path, rows, tmp):
+    """nexar_bench_report.py on ROWS: see --report in the module's doc."""
+    page = os.path.join(tmp, "page.md")
+    before, after = "# A page\n\nText before.\n\n", "\n\nText after.\n"
+    stale = "stale figures"
+    command = "nexar-bench (the command the check names)"
+
+    def rewrite(text):
+        with open(page, "w") as f:
+            f.write(text)
+        p = subprocess.run([sys.executable, report.__file__, rows_path, page, "--command", command],
+                           capture_output=True, text=True, timeout=120)
+        with open(page) as f:
+            return p, f.read()
+
+    p, text = rewrite(before + report.BEGIN + "\n" + stale + "\n" + report.END + after)
+    if p.returncode != 0:
+        fail(f"nexar_bench_report.py exited with status {p.returncode}: {p.stderr.strip()}")
+    if not text.startswith(before + report.BEGIN) or not text.endswith(report.END + after):
+        fail("nexar_bench_report.py changed the page outside its section")
+    if stale in text:
+        fail("nexar_bench_report.py left the section's old text in place")
+    for needle in (command, "Machine:", "- CPU: ", "- AES-GCM's CPU features: ", "- Kernel "):
+        if needle not in text:
+            fail(f"the rewritten section has no {needle!r}")
+    for n in sorted({r["ranks"] for r in rows}):
+        for op in sorted({r["op"] for r in rows if r["ranks"] == n}):
+            title = f"**{op}**, {n} ranks\n"
+            if title not in text:
+                fail(f"the rewritten section has no table {title.strip()!r}")
+            table = text.split(title, 1)[1].split("\n\n", 1)[0]
+            for b in sorted({r["bytes"] for r in rows if r["ranks"] == n and r["op"] == op}):
+                if f"\n| {report.size_label(b)} | " not in table:
+                    fail(f"table {title.strip()!r} has no line for {report.size_label(b)}")
+    p, kept = rewrite(before + after)
+    if p.returncode == 0 or report.BEGIN not in p.stderr or kept != before + after:
+        fail("a page without the markers was not refused, naming them, and left as it was "
+             f"(status {p.returncode}: {p.stderr.strip()!r})")
+    print(f"check_bench_output: report ok ({len(rows)} rows in {page})")
+
+
 def mode_rows(bench, args, tmp):
+    want_report = "--report" in args
+    if want_report:
+        args.remove("--report")
     compare = [l for l in arg(args, "--compare", "").split(",") if l]
     missing = sorted({p for l in compare for p in PEER_PACKAGES.get(l, []) if not installed(p)})
     if missing:
@@ -209,6 +263,8 @@ def mode_rows(bench, args, tmp):
             if list(range(min(n, 8))) not in reported:
                 fail(f"no 'binding: local rank 0 ... local rank {min(n, 8) - 1} on CPU ...' "
                      f"from nexar-run for {n} ranks (got {reported})")
+    if want_report:
+        check_report(j, rows, tmp)
     rounds = int(arg(args, "--rounds", "1"))
     if rounds > 1:
         check_round_ratios(p.stdout, rounds, len(ranks) * len(ops), bool(compare))

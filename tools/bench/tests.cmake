@@ -9,9 +9,11 @@ endif()
 set(_check ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_bench_output.py
            $<TARGET_FILE:nexar-bench>)
 
-# Every op, nexar only, --json and --csv.
+# Every op, nexar only, --json and --csv; and docs/benchmarks.md's report
+# (scripts/bench.sh) made from those rows.
 add_test(NAME bench.every_op_rows_json_csv
-         COMMAND ${_check} all --ranks 2 --sizes 8,4K --iters 5 --warmup 1 --timeout 120)
+         COMMAND ${_check} all --ranks 2 --sizes 8,4K --iters 5 --warmup 1 --timeout 120
+                 --report)
 set_tests_properties(bench.every_op_rows_json_csv PROPERTIES TIMEOUT 600)
 
 # --plot writes a PNG (one quick row); skipped (77) without matplotlib, which
