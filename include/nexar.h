@@ -284,7 +284,7 @@ typedef struct nexar_seed_options {
   const char *cluster_token;     /* NEXAR_CLUSTER_TOKEN */
   const char *token_file;        /* NEXAR_CLUSTER_TOKEN_FILE; read when cluster_token is unset */
   const char *ca_dir;            /* NEXAR_SEED_CA_DIR: ca.pem + ca-key.pem (0600), made if absent */
-  uint64_t formation_timeout_ms; /* NEXAR_FORMATION_TIMEOUT_SECS; default 60 s */
+  uint64_t formation_timeout_ms; /* NEXAR_FORMATION_TIMEOUT_SECS; default 60 s, at most 1e6 s */
   nexar_seed_event_fn on_event;  /* optional */
   void *event_user_data;
 } nexar_seed_options_t;

@@ -164,6 +164,8 @@ Status detect_environment(const EnvLookup &get, EnvPlan *out) {
       p.world_size = size;
       p.seed_address = host_port(addr, static_cast<uint16_t>(pn));
       p.host_seed = rank == 0;
+      uint32_t local = 0;
+      p.all_local = size == 1 || (parse_u32(get("LOCAL_WORLD_SIZE"), &local) && local == size);
       p.detail = "MASTER_ADDR:MASTER_PORT";
       *out = p;
       return {};
@@ -215,6 +217,7 @@ Status detect_environment(const EnvLookup &get, EnvPlan *out) {
     p.rank = static_cast<int32_t>(rank);
     p.world_size = size;
     p.host_seed = rank == 0;
+    p.all_local = all_local || size == 1;
     p.detail = how;
     *out = p;
     return {};
@@ -262,9 +265,15 @@ Status init_from_env(std::unique_ptr<Communicator> *out) {
     uint64_t ms = 60000;
     if (!(s = env_seconds_ms("NEXAR_FORMATION_TIMEOUT_SECS", &ms))) return s;
     sc.formation_timeout_ms = ms ? ms : 60000;
-    if (addr.is_loopback() && plan.world_size > 1)
-      LOG_DEBUG("the embedded seed listens on loopback %s: ranks on other hosts cannot reach it",
-                sc.listen_address.c_str());
+    // A host name that this host's /etc/hosts maps to itself (Debian's
+    // 127.0.1.1 for its own name) resolves to loopback here and to the real
+    // address elsewhere: the other hosts' ranks would time out dialling it.
+    if (addr.is_loopback() && plan.world_size > 1 && !plan.all_local)
+      LOG_WARN(
+          "rank 0's embedded seed listens on the loopback address %s (%s): ranks on other "
+          "hosts cannot reach it; if this host's name maps to 127.0.1.1 in /etc/hosts, "
+          "set MASTER_ADDR (or NEXAR_SEED) to an address the others can dial",
+          sc.listen_address.c_str(), plan.detail.c_str());
     if (!(s = Seed::start(std::move(sc), &seed)))
       return error(s.code, format("rank 0 hosts the seed (%s, %s) but %s", plan.source.c_str(),
                                   plan.detail.c_str(), s.message.c_str()));

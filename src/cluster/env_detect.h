@@ -30,6 +30,7 @@ struct EnvPlan {
   int32_t rank = -1;         // -1: the seed assigns it
   uint32_t world_size = 0;   // 0: whatever the seed forms
   bool host_seed = false;    // this process starts the embedded seed
+  bool all_local = false;    // the launcher says every rank runs on this host
   std::string detail;        // how the address was found, for the log
 };
 

@@ -109,9 +109,9 @@ Status SeedClient::join(const SocketAddress &seed, const SocketAddress &local,
     std::shared_ptr<TlsCredentials> creds;
     s = TlsCredentials::create_anonymous(&creds);
     if (s) {
-      endpoint_ =
-          std::make_unique<QuicEndpoint>(&loop_, this, 0, creds, join::kIdleTimeoutMs,
-                                         kAttemptTimeoutMs, join::kKeepAliveMs, TlsPolicy::join());
+      endpoint_ = std::make_unique<QuicEndpoint>(&loop_, this, 0, creds, join::kIdleTimeoutMs,
+                                                 kAttemptTimeoutMs, join::kKeepAliveMs,
+                                                 ConnectionPolicy::join());
       s = endpoint_->open(local);
     }
   });
@@ -309,7 +309,7 @@ void SeedClient::handle_challenge(const wire::JoinChallenge &ch) {
                 true);
   send(request_);
   std::lock_guard<std::mutex> g(mu_);
-  formation_ms_left_ = ch.formation_ms_left;
+  formation_ms_left_ = std::min(ch.formation_ms_left, join::kMaxFormationMs);
   stage_ = Stage::Requested;
   cv_.notify_all();
 }
@@ -420,8 +420,8 @@ Status accept_welcome(const wire::Welcome &w, gnutls_x509_privkey_t key,
     return bad("the certificate does not chain to the cluster CA");
   std::vector<SocketAddress> peers(w.world_size);
   for (uint32_t r = 0; r < w.world_size; ++r)
-    if (!(s = SocketAddress::parse(w.peers[r], &peers[r])))
-      return bad(format("rank %u's address: %s", r, s.message.c_str()));
+    if (!SocketAddress::parse_numeric(w.peers[r], &peers[r]))
+      return bad(format("rank %u's address '%s' is not a numeric ip:port", r, w.peers[r].c_str()));
   JoinTicket t;
   if (!(s = TlsCredentials::create(ca.get(), cert.get(), key, &t.creds))) return s;
   t.rank = w.rank;

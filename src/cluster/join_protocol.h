@@ -2,7 +2,7 @@
 // they know the cluster token without ever sending it.
 //
 // A join connection is QUIC + TLS 1.3 with ALPN nexar-join/1 and no
-// certificate verification on either side (TlsPolicy::join()): the worker has
+// certificate verification on either side (ConnectionPolicy::join()): the worker has
 // no certificate yet, and the seed's is self-signed. Authentication comes
 // from the cluster token, bound to this very TLS session:
 //
@@ -54,6 +54,12 @@ inline constexpr uint8_t kAuthToken = 1;
 // before its peers' mesh connections to it time out).
 inline constexpr uint64_t kKeepAliveMs = 500;
 inline constexpr uint64_t kIdleTimeoutMs = 3000;
+
+// The longest formation a seed runs (1e6 s, about 11.6 days; nexar-seed's
+// --formation-timeout has the same bound). A worker waits for its Welcome no
+// longer than the seed's deadline, as the challenge states it, and never more
+// than this, whatever a seed claims.
+inline constexpr uint64_t kMaxFormationMs = 1'000'000'000;
 
 using Secret = std::array<uint8_t, kSecretLen>;
 

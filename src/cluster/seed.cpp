@@ -14,46 +14,21 @@ namespace nexar {
 namespace {
 
 constexpr uint64_t kHandshakeTimeoutMs = 10000;
-constexpr double kAuthTimeoutS = 10.0;   // a connection that never sends its request
+// A challenged connection that has not sent its request by then is closed. An
+// honest worker answers within a round trip (its request is ready before it
+// connects); 5 s leaves room for a loaded host, and bounds how long a
+// connection that never answers holds one of the challenge slots below.
+constexpr double kAuthTimeoutS = 5.0;
 constexpr double kRefusedLingerS = 2.0;  // time for a refused worker to read why
 constexpr double kNoticeGraceS = 2.0;    // time for failure notices to be delivered
-constexpr size_t kMaxUnauthenticated = 256;
-
-// "ip:port" or "[ip6]:port" with a numeric host and a non-zero port.
-bool parse_numeric(const std::string &text, SocketAddress *out) {
-  std::string host, port;
-  if (!text.empty() && text[0] == '[') {
-    auto close = text.find("]:");
-    if (close == std::string::npos) return false;
-    host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-  } else {
-    auto colon = text.rfind(':');
-    if (colon == std::string::npos) return false;
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  unsigned long p = strtoul(port.c_str(), nullptr, 10);
-  if (p == 0 || p > 65535) return false;
-  SocketAddress a;
-  auto *v4 = reinterpret_cast<sockaddr_in *>(&a.storage);
-  auto *v6 = reinterpret_cast<sockaddr_in6 *>(&a.storage);
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(p));
-    a.len = sizeof *v4;
-  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(p));
-    a.len = sizeof *v6;
-  } else {
-    return false;
-  }
-  *out = a;
-  return true;
-}
+// Connections challenged at once, and connections waiting for a slot. A
+// connection past the first bound waits its turn (oldest first) instead of
+// being refused: a thousand workers starting together, or connections that
+// hold slots without answering, must not turn honest workers away. Past both
+// it is refused. A waiting worker gives up after join's 10 s challenge wait.
+constexpr size_t kMaxChallenged = 256;
+constexpr size_t kMaxWaiting = Seed::kMaxWorld;
+constexpr double kWaitTimeoutS = 10.0;
 
 // A closed join connection, said plainly (its messages name no rank).
 std::string lost_reason(const Status &why) {
@@ -96,8 +71,11 @@ Status Seed::start(SeedConfig cfg, std::unique_ptr<Seed> *out) {
   if (cfg.world_size == 0 || cfg.world_size > kMaxWorld)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  format("seed: world size %u is not in 1..%u", cfg.world_size, kMaxWorld));
-  if (cfg.formation_timeout_ms == 0)
-    return error(NEXAR_ERR_INVALID_ARGUMENT, "seed: the formation timeout must be > 0");
+  if (cfg.formation_timeout_ms == 0 || cfg.formation_timeout_ms > join::kMaxFormationMs)
+    return error(NEXAR_ERR_INVALID_ARGUMENT,
+                 format("seed: formation timeout %llu ms is not in 1..%llu ms",
+                        static_cast<unsigned long long>(cfg.formation_timeout_ms),
+                        static_cast<unsigned long long>(join::kMaxFormationMs)));
   SocketAddress listen;
   Status s = SocketAddress::parse(cfg.listen_address, &listen);
   if (!s) return error(s.code, "seed: listen address: " + s.message);
@@ -127,7 +105,7 @@ Status Seed::start(SeedConfig cfg, std::unique_ptr<Seed> *out) {
   if (!(s = TlsCredentials::create_self_signed("nexar-seed", &seed->creds_))) return s;
   seed->endpoint_ = std::make_unique<QuicEndpoint>(
       &seed->loop_, seed.get(), seed->cluster_id_, seed->creds_, join::kIdleTimeoutMs,
-      kHandshakeTimeoutMs, join::kKeepAliveMs, TlsPolicy::join());
+      kHandshakeTimeoutMs, join::kKeepAliveMs, ConnectionPolicy::join());
   if (!(s = seed->endpoint_->open(listen))) return error(s.code, "seed: " + s.message);
   seed->address_ = seed->endpoint_->local().to_string();
   seed->loop_.start();
@@ -220,33 +198,67 @@ void Seed::on_handshake_done(QuicConnection *c, const NodeIdentity &) {
   m->since_ns = now_ns();
   m->arrival = arrivals_++;
   Member *raw = m.get();
-  size_t unauthenticated = 0;
-  for (auto &x : members_)
-    if (x->conn && x->state == Member::State::Challenged) ++unauthenticated;
+  const size_t challenged = count(Member::State::Challenged);
+  const size_t waiting = count(Member::State::Waiting);
   members_.push_back(std::move(m));
   by_conn_[c] = raw;
   if (phase_ != Phase::Admitting) {
     refuse_late(raw);
     return;
   }
-  if (unauthenticated >= kMaxUnauthenticated) {
-    refuse(raw, NEXAR_ERR_IO, "too many connections are waiting to authenticate");
+  if (challenged >= kMaxChallenged) {
+    if (waiting >= kMaxWaiting) {
+      refuse(raw, NEXAR_ERR_IO, "too many connections are waiting to authenticate");
+      return;
+    }
+    raw->state = Member::State::Waiting;
+    LOG_DEBUG("%s waits for a challenge slot", raw->describe().c_str());
     return;
   }
-  Status s = join::session_secret(c, &raw->secret);
+  challenge(raw);
+}
+
+size_t Seed::count(Member::State state) const {
+  size_t n = 0;
+  for (auto &m : members_)
+    if (m->conn && m->state == state) ++n;
+  return n;
+}
+
+void Seed::challenge_waiting() {
+  if (phase_ == Phase::Stopped) return;
+  size_t challenged = count(Member::State::Challenged);
+  // Oldest first: members_ is in arrival order.
+  for (auto &m : members_) {
+    if (!m->conn || m->state != Member::State::Waiting) continue;
+    if (phase_ != Phase::Admitting) {
+      refuse_late(m.get());
+      continue;
+    }
+    if (challenged >= kMaxChallenged) break;
+    challenge(m.get());
+    ++challenged;
+  }
+}
+
+void Seed::challenge(Member *m) {
+  QuicConnection *c = m->conn;
+  m->state = Member::State::Challenged;
+  m->since_ns = now_ns();  // the authentication timeout runs from here
+  Status s = join::session_secret(c, &m->secret);
   if (!s) {
-    refuse(raw, s.code, s.message);
+    refuse(m, s.code, s.message);
     return;
   }
   wire::JoinChallenge ch;
   ch.protocol_version = join::kProtocolVersion;
   ch.auth = cfg_.token.empty() ? join::kAuthOpen : join::kAuthToken;
-  if (!cfg_.token.empty()) ch.seed_proof = join::proof(cfg_.token, raw->secret, "seed");
+  if (!cfg_.token.empty()) ch.seed_proof = join::proof(cfg_.token, m->secret, "seed");
   ch.world_size = cfg_.world_size;
   const double left = ev_timer_remaining(loop_.raw(), &formation_timer_);
   ch.formation_ms_left = left > 0 ? static_cast<uint64_t>(left * 1000) : 0;
   send(c, ch);
-  LOG_DEBUG("join connection from %s", raw->remote.to_string().c_str());
+  LOG_DEBUG("join connection from %s", m->remote.to_string().c_str());
 }
 
 void Seed::on_control(QuicConnection *c, std::span<const uint8_t> message) {
@@ -291,6 +303,7 @@ void Seed::on_control(QuicConnection *c, std::span<const uint8_t> message) {
         }
       },
       *r.message);
+  challenge_waiting();  // a request answered frees its challenge slot
 }
 
 MessageSink *Seed::on_message(QuicConnection *c, int64_t, const wire::FrameHeader &) {
@@ -318,7 +331,8 @@ void Seed::refuse_late(Member *m) {
 void Seed::handle_request(Member *m, const wire::JoinRequest &req) {
   if (m->state != Member::State::Challenged) {
     if (m->state != Member::State::Refused)
-      m->conn->close(1, error(NEXAR_ERR_PROTOCOL, "a second JoinRequest"));
+      m->conn->close(
+          1, error(NEXAR_ERR_PROTOCOL, "a JoinRequest before the challenge, or a second one"));
     return;
   }
   m->req = req;
@@ -345,7 +359,7 @@ void Seed::handle_request(Member *m, const wire::JoinRequest &req) {
     return refuse(m, NEXAR_ERR_INVALID_RANK,
                   format("rank %d is outside a world of %u", req.rank, cfg_.world_size));
   SocketAddress adv;
-  if (!parse_numeric(req.advertise_address, &adv))
+  if (!SocketAddress::parse_numeric(req.advertise_address, &adv))
     return refuse(
         m, NEXAR_ERR_INVALID_ARGUMENT,
         format("advertised address '%s' is not a numeric ip:port", req.advertise_address.c_str()));
@@ -499,6 +513,7 @@ void Seed::on_closed(QuicConnection *c, const Status &why) {
     }
   }
   endpoint_->retire(c);
+  challenge_waiting();
 }
 
 void Seed::on_formation_timer() {
@@ -544,12 +559,17 @@ void Seed::sweep() {
       LOG_WARN("%s did not authenticate within %.0f s; closing", m->describe().c_str(),
                kAuthTimeoutS);
       to_close.push_back(m->conn);
+    } else if (m->state == Member::State::Waiting && age > kWaitTimeoutS) {
+      LOG_WARN("%s waited %.0f s for a challenge slot (%zu connections held them); closing",
+               m->describe().c_str(), kWaitTimeoutS, kMaxChallenged);
+      to_close.push_back(m->conn);
     } else if (m->state == Member::State::Refused && age > kRefusedLingerS) {
       to_close.push_back(m->conn);
     }
   }
   for (QuicConnection *c : to_close)
     c->close(0, error(NEXAR_ERR_CLOSED, "closed by the seed"));
+  challenge_waiting();
   // Connections that are gone need no record (a stream of bad connections
   // must not grow memory).
   members_.erase(std::remove_if(members_.begin(), members_.end(),

@@ -79,8 +79,9 @@ class Seed : public ConnectionHandler {
  private:
   enum class Phase { Admitting, Meshing, Formed, Failed, Stopped };
   struct Member {
+    // Waiting: connected, for a challenge slot (kMaxChallenged in seed.cpp).
     // Reported: welcomed, then told us its mesh could not form.
-    enum class State { Challenged, Admitted, Welcomed, Ready, Reported, Refused, Gone };
+    enum class State { Waiting, Challenged, Admitted, Welcomed, Ready, Reported, Refused, Gone };
     QuicConnection *conn = nullptr;
     SocketAddress remote;
     State state = State::Challenged;
@@ -99,6 +100,13 @@ class Seed : public ConnectionHandler {
   explicit Seed(SeedConfig cfg);
   void send(QuicConnection *c, const wire::ControlMessage &m, SendListener *listener = nullptr);
   void emit(int32_t kind, int32_t rank, const std::string &message);
+  // Members with a connection in that state.
+  size_t count(Member::State state) const;
+  // Sends m its challenge; it then has kAuthTimeoutS to answer.
+  void challenge(Member *m);
+  // Challenges waiting members, oldest first, while slots are free (or
+  // refuses them once the seed admits no more).
+  void challenge_waiting();
   void handle_request(Member *m, const wire::JoinRequest &req);
   void handle_ready(Member *m, const wire::MeshReady &r);
   void refuse(Member *m, nexar_status_t code, const std::string &reason);

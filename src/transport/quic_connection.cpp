@@ -16,9 +16,6 @@ namespace nexar {
 namespace {
 
 constexpr size_t kScidLen = 16;
-// Windows of tens of MB (bandwidth x RTT with a wide margin), as measured.
-constexpr uint64_t kStreamWindow = 32ull << 20;
-constexpr uint64_t kConnWindow = 96ull << 20;
 constexpr uint64_t kMaxStreamsUni = 16;
 constexpr size_t kMaxBurstPackets = 64;
 // What one write seals before handing it to the socket: two 64 KB loopback
@@ -127,16 +124,17 @@ void QuicConnection::fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *
   s->cc_algo = ep_->congestion_control();
   s->max_tx_udp_payload_size = ep_->max_udp_payload(remote_);
   s->no_tx_udp_payload_size_shaping = 1;
-  s->max_window = kConnWindow;
-  s->max_stream_window = kStreamWindow;
+  const ConnectionPolicy &policy = ep_->policy();
+  s->max_window = policy.conn_window;
+  s->max_stream_window = policy.stream_window;
   s->handshake_timeout = ep_->connect_timeout_ns();
   if (log::enabled(NEXAR_LOG_TRACE)) s->log_printf = ngtcp2_log;
   ngtcp2_transport_params_default(p);
   // ngtcp2 defaults every limit to zero (pitfall 3): set each one.
-  p->initial_max_data = kConnWindow;
+  p->initial_max_data = policy.conn_window;
   p->initial_max_stream_data_bidi_local = 0;
   p->initial_max_stream_data_bidi_remote = 0;
-  p->initial_max_stream_data_uni = kStreamWindow;
+  p->initial_max_stream_data_uni = policy.stream_window;
   p->initial_max_streams_bidi = 0;
   p->initial_max_streams_uni = kMaxStreamsUni;
   p->max_idle_timeout = ep_->idle_timeout_ns();
@@ -160,7 +158,7 @@ Status QuicConnection::setup_tls() {
   if ((rc = gnutls_credentials_set(session_, GNUTLS_CRD_CERTIFICATE, ep_->credentials()->get())) <
       0)
     return error(NEXAR_ERR_TLS, format("gnutls_credentials_set: %s", gnutls_strerror(rc)));
-  const TlsPolicy &policy = ep_->policy();
+  const ConnectionPolicy &policy = ep_->policy();
   if (policy.mutual) {
     // Mutual TLS: both sides present a CA-signed certificate and verify the
     // other's chain; names are checked by peer_identity() after the handshake.
@@ -723,8 +721,10 @@ size_t QuicConnection::on_stream_data(int64_t sid, uint64_t offset, const uint8_
       rs.remaining = rs.frame.length;
       rs.sink = nullptr;
       if (rs.frame.kind == wire::FrameKind::Control) {
+        // Grown as the bytes arrive, not reserved from the header's length:
+        // a header alone (32 bytes on each of 16 streams) must not claim
+        // 64 KiB apiece from a peer that never sends the rest.
         rs.control.clear();
-        rs.control.reserve(rs.remaining);
       } else {
         rs.sink = handler_->on_message(this, sid, rs.frame);
         if (closed_) return credit;

@@ -19,7 +19,8 @@ std::string_view cid_key(const uint8_t *data, size_t len) {
 
 QuicEndpoint::QuicEndpoint(EventLoop *loop, ConnectionHandler *handler, uint64_t cluster_id,
                            std::shared_ptr<TlsCredentials> creds, uint64_t idle_timeout_ms,
-                           uint64_t connect_timeout_ms, uint64_t keep_alive_ms, TlsPolicy policy)
+                           uint64_t connect_timeout_ms, uint64_t keep_alive_ms,
+                           ConnectionPolicy policy)
     : loop_(loop),
       handler_(handler),
       cluster_id_(cluster_id),

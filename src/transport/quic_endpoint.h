@@ -42,7 +42,7 @@ class QuicEndpoint {
   QuicEndpoint(EventLoop *loop, ConnectionHandler *handler, uint64_t cluster_id,
                std::shared_ptr<TlsCredentials> creds, uint64_t idle_timeout_ms,
                uint64_t connect_timeout_ms, uint64_t keep_alive_ms,
-               TlsPolicy policy = TlsPolicy::mesh());
+               ConnectionPolicy policy = ConnectionPolicy::mesh());
   ~QuicEndpoint();
 
   // Binds the socket and starts reading (loop thread).
@@ -61,7 +61,7 @@ class QuicEndpoint {
   // --- for QuicConnection --------------------------------------------------
   EventLoop *loop() const { return loop_; }
   TlsCredentials *credentials() const { return creds_.get(); }
-  const TlsPolicy &policy() const { return policy_; }
+  const ConnectionPolicy &policy() const { return policy_; }
   uint64_t cluster_id() const { return cluster_id_; }
   const uint8_t *secret() const { return secret_; }
   uint64_t idle_timeout_ns() const { return idle_timeout_ns_; }
@@ -103,7 +103,7 @@ class QuicEndpoint {
   uint64_t idle_timeout_ns_;
   uint64_t connect_timeout_ns_;
   uint64_t keep_alive_ns_;
-  TlsPolicy policy_;
+  ConnectionPolicy policy_;
   uint8_t secret_[kSecretLen];
   UdpSocket socket_;
   ev_io io_;

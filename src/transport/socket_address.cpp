@@ -71,4 +71,39 @@ Status SocketAddress::parse(const std::string &text, SocketAddress *out) {
   return {};
 }
 
+bool SocketAddress::parse_numeric(const std::string &text, SocketAddress *out) {
+  std::string host, port;
+  if (!text.empty() && text[0] == '[') {
+    auto close = text.find("]:");
+    if (close == std::string::npos) return false;
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    auto colon = text.rfind(':');
+    if (colon == std::string::npos) return false;
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  unsigned long p = strtoul(port.c_str(), nullptr, 10);
+  if (p == 0 || p > 65535) return false;
+  SocketAddress a;
+  auto *v4 = reinterpret_cast<sockaddr_in *>(&a.storage);
+  auto *v6 = reinterpret_cast<sockaddr_in6 *>(&a.storage);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(p));
+    a.len = sizeof *v4;
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(p));
+    a.len = sizeof *v6;
+  } else {
+    return false;
+  }
+  *out = a;
+  return true;
+}
+
 }  // namespace nexar

@@ -29,6 +29,9 @@ struct SocketAddress {
   // Parses "host:port", "[v6]:port" (numeric hosts, or names resolved with
   // getaddrinfo).
   static Status parse(const std::string &text, SocketAddress *out);
+  // "ip:port" or "[ip6]:port" with a numeric host and a non-zero port, never
+  // resolved (a name from the network must not make this thread wait on DNS).
+  static bool parse_numeric(const std::string &text, SocketAddress *out);
 };
 
 }  // namespace nexar

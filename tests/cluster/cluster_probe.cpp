@@ -2,16 +2,28 @@
 // internals to do what a well-behaved worker never does:
 //
 //   nexar-cluster-probe fake-seed --listen ADDR --out FILE [--claim-open] [--seconds S]
+//                       [--formation-ms-left MS]
 //       A QUIC server on the join ALPN that does not know the cluster token
-//       (it runs until its first visitor leaves, at most S seconds).
+//       (it runs until its first visitor leaves, at most S seconds). Its
+//       challenge says the formation ends in MS ms (30000).
 //       It sends workers a challenge with a made-up proof (or claims to run
-//       open) and writes every message it receives, decrypted, to FILE:
+//       open) and writes what the worker's transport parameters grant it
+//       and every message it receives, decrypted, to FILE:
+//         WINDOWS data=N stream_uni=N streams_uni=N
 //         MSG <type> <hex of the whole message>
 //         CLOSED <reason>
 //
 //   nexar-cluster-probe forged-worker --seed ADDR
 //       Ignores the seed's token proof and sends a request with a made-up
-//       proof of its own; prints how the seed answered (REFUSED status=...).
+//       proof of its own; prints how the seed answered (REFUSED status=...),
+//       then the flow-control limits the seed granted it:
+//         SEED_WINDOWS data=N stream_uni=N streams_uni=N
+//
+//   nexar-cluster-probe silent-workers --seed ADDR --count N [--seconds S]
+//       Opens N join connections to the seed and never answers their
+//       challenges; prints "READY handshakes=N challenged=N" once every one
+//       is challenged, and "DONE ... closed=C" when the seed has closed them
+//       all or after S seconds (30).
 //
 //   nexar-cluster-probe impostor --seed ADDR --token T --rank R --target T2
 //                       --attack other-ca|claim-rank:N|none|die-after-welcome
@@ -60,6 +72,16 @@ void send_control(QuicConnection *c, const wire::ControlMessage &m) {
   c->send_control(m);
 }
 
+// The flow-control limits the peer's transport parameters grant this side.
+std::string windows(QuicConnection *c) {
+  const ngtcp2_transport_params *p = ngtcp2_conn_get_remote_transport_params(c->raw());
+  if (!p) return "unknown";
+  return format("data=%llu stream_uni=%llu streams_uni=%llu",
+                static_cast<unsigned long long>(p->initial_max_data),
+                static_cast<unsigned long long>(p->initial_max_stream_data_uni),
+                static_cast<unsigned long long>(p->initial_max_streams_uni));
+}
+
 std::string arg(int argc, char **argv, const char *name, const char *def = nullptr) {
   for (int i = 1; i + 1 < argc; ++i)
     if (!strcmp(argv[i], name)) return argv[i + 1];
@@ -82,6 +104,7 @@ struct FakeSeed : ConnectionHandler {
   QuicEndpoint *ep = nullptr;
   FILE *out = nullptr;
   bool claim_open = false;
+  uint64_t formation_ms_left = 30000;
   void on_handshake_done(QuicConnection *c, const NodeIdentity &) override {
     wire::JoinChallenge ch;
     ch.protocol_version = join::kProtocolVersion;
@@ -91,9 +114,9 @@ struct FakeSeed : ConnectionHandler {
       gnutls_rnd(GNUTLS_RND_NONCE, ch.seed_proof.data(), ch.seed_proof.size());
     }
     ch.world_size = 2;
-    ch.formation_ms_left = 30000;
+    ch.formation_ms_left = formation_ms_left;
     send_control(c, ch);
-    fprintf(out, "CONNECTED %s\n", c->remote().to_string().c_str());
+    fprintf(out, "CONNECTED %s\nWINDOWS %s\n", c->remote().to_string().c_str(), windows(c).c_str());
     fflush(out);
   }
   void on_control(QuicConnection *, std::span<const uint8_t> m) override {
@@ -126,6 +149,8 @@ int fake_seed(int argc, char **argv) {
   FakeSeed h;
   h.out = out;
   h.claim_open = flag(argc, argv, "--claim-open");
+  h.formation_ms_left =
+      strtoull(arg(argc, argv, "--formation-ms-left", "30000").c_str(), nullptr, 10);
   std::shared_ptr<TlsCredentials> creds;
   Status s = TlsCredentials::create_self_signed("nexar-seed", &creds);
   SocketAddress addr;
@@ -135,7 +160,7 @@ int fake_seed(int argc, char **argv) {
     return 2;
   }
   QuicEndpoint ep(&loop, &h, 0, creds, join::kIdleTimeoutMs, 10000, join::kKeepAliveMs,
-                  TlsPolicy::join());
+                  ConnectionPolicy::join());
   h.ep = &ep;
   if (!(s = ep.open(addr))) {
     fprintf(stderr, "%s\n", s.message.c_str());
@@ -194,7 +219,7 @@ struct Attacker : ConnectionHandler {
 };
 
 void attack(const std::string &name, const SocketAddress &target, uint32_t target_rank,
-            std::shared_ptr<TlsCredentials> creds, TlsPolicy policy, uint32_t claim,
+            std::shared_ptr<TlsCredentials> creds, ConnectionPolicy policy, uint32_t claim,
             uint64_t cluster, uint32_t world) {
   EventLoop loop(-1);
   Attacker a;
@@ -308,12 +333,12 @@ int impostor(int argc, char **argv) {
       return 3;
     }
     // The impostor does not check the victim: only the victim's check matters here.
-    attack(what, t.peers[target_rank], target_rank, creds, TlsPolicy{false, "nexar/1"}, t.rank,
-           t.cluster_id, t.world_size);
+    attack(what, t.peers[target_rank], target_rank, creds, ConnectionPolicy{false, "nexar/1"},
+           t.rank, t.cluster_id, t.world_size);
   } else if (what.rfind("claim-rank:", 0) == 0) {
     const uint32_t claim = static_cast<uint32_t>(atoi(what.c_str() + 11));
-    attack(what, t.peers[target_rank], target_rank, t.creds, TlsPolicy::mesh(), claim, t.cluster_id,
-           t.world_size);
+    attack(what, t.peers[target_rank], target_rank, t.creds, ConnectionPolicy::mesh(), claim,
+           t.cluster_id, t.world_size);
   }
   if (!done_file.empty()) {
     int f = open(done_file.c_str(), O_CREAT | O_WRONLY, 0644);
@@ -324,6 +349,19 @@ int impostor(int argc, char **argv) {
   return 0;
 }
 
+// ---- join clients ------------------------------------------------------------------
+
+// The seed's address (--seed), a local loopback address and anonymous
+// credentials for a join client; false (said on stdout) when any fails.
+bool join_client_setup(int argc, char **argv, SocketAddress *seed, SocketAddress *local,
+                       std::shared_ptr<TlsCredentials> *creds) {
+  Status s = SocketAddress::parse(arg(argc, argv, "--seed"), seed);
+  if (s) s = SocketAddress::parse("127.0.0.1:0", local);
+  if (s) s = TlsCredentials::create_anonymous(creds);
+  if (!s) printf("PROBE_FAILED %s\n", s.message.c_str());
+  return s.ok();
+}
+
 // ---- forged worker -------------------------------------------------------------------
 
 // Ignores the seed's proof and answers with a made-up one.
@@ -332,7 +370,11 @@ struct Forger : ConnectionHandler {
   std::mutex mu;
   std::condition_variable cv;
   std::string result;
-  void on_handshake_done(QuicConnection *, const NodeIdentity &) override {}
+  std::string seed_windows;
+  void on_handshake_done(QuicConnection *c, const NodeIdentity &) override {
+    std::lock_guard<std::mutex> g(mu);
+    seed_windows = windows(c);
+  }
   void on_control(QuicConnection *c, std::span<const uint8_t> m) override {
     wire::DecodeResult r = wire::decode_control(m);
     if (!r) return;
@@ -374,17 +416,12 @@ struct Forger : ConnectionHandler {
 
 int forged_worker(int argc, char **argv) {
   SocketAddress seed, local;
-  Status s = SocketAddress::parse(arg(argc, argv, "--seed"), &seed);
-  if (s) s = SocketAddress::parse("127.0.0.1:0", &local);
   std::shared_ptr<TlsCredentials> creds;
-  if (s) s = TlsCredentials::create_anonymous(&creds);
-  if (!s) {
-    printf("PROBE_FAILED %s\n", s.message.c_str());
-    return 3;
-  }
+  if (!join_client_setup(argc, argv, &seed, &local, &creds)) return 3;
+  Status s;
   EventLoop loop(-1);
   Forger f;
-  QuicEndpoint ep(&loop, &f, 0, creds, 5000, 5000, 1000, TlsPolicy::join());
+  QuicEndpoint ep(&loop, &f, 0, creds, 5000, 5000, 1000, ConnectionPolicy::join());
   f.ep = &ep;
   if (!(s = ep.open(local))) return 3;
   loop.start();
@@ -396,7 +433,69 @@ int forged_worker(int argc, char **argv) {
     std::unique_lock<std::mutex> g(f.mu);
     f.cv.wait_for(g, std::chrono::seconds(15), [&] { return !f.result.empty(); });
     printf("%s\n", f.result.empty() ? "NO ANSWER" : f.result.c_str());
+    printf("SEED_WINDOWS %s\n", f.seed_windows.c_str());
   }
+  loop.run_sync([&] { ep.shutdown(error(NEXAR_ERR_CLOSED, "done")); });
+  loop.stop();
+  return 0;
+}
+
+// ---- silent workers ------------------------------------------------------------------
+
+// Completes join handshakes and never answers a challenge.
+struct Silent : ConnectionHandler {
+  QuicEndpoint *ep = nullptr;
+  std::atomic<int> handshakes{0}, challenged{0}, closed{0};
+  void on_handshake_done(QuicConnection *, const NodeIdentity &) override { ++handshakes; }
+  void on_control(QuicConnection *, std::span<const uint8_t> m) override {
+    wire::DecodeResult r = wire::decode_control(m);
+    if (r && std::holds_alternative<wire::JoinChallenge>(*r.message)) ++challenged;
+  }
+  MessageSink *on_message(QuicConnection *c, int64_t, const wire::FrameHeader &) override {
+    c->close(1, error(NEXAR_ERR_PROTOCOL, "data"));
+    return nullptr;
+  }
+  void on_closed(QuicConnection *c, const Status &) override {
+    ++closed;
+    ep->retire(c);
+  }
+};
+
+int silent_workers(int argc, char **argv) {
+  SocketAddress seed, local;
+  std::shared_ptr<TlsCredentials> creds;
+  if (!join_client_setup(argc, argv, &seed, &local, &creds)) return 3;
+  Status s;
+  const int count = atoi(arg(argc, argv, "--count").c_str());
+  const double seconds = atof(arg(argc, argv, "--seconds", "30").c_str());
+  EventLoop loop(-1);
+  Silent h;
+  QuicEndpoint ep(&loop, &h, 0, creds, join::kIdleTimeoutMs, 10000, join::kKeepAliveMs,
+                  ConnectionPolicy::join());
+  h.ep = &ep;
+  if (!(s = ep.open(local))) return 3;
+  loop.start();
+  loop.run_sync([&] {
+    for (int i = 0; i < count && s; ++i) {
+      QuicConnection *c = nullptr;
+      s = ep.connect(seed, UINT32_MAX, &c);
+    }
+  });
+  if (!s) {
+    printf("PROBE_FAILED %s\n", s.message.c_str());
+    return 3;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  bool ready = false;
+  while (std::chrono::steady_clock::now() < until && h.closed < count) {
+    if (!ready && h.challenged == count) {
+      printf("READY handshakes=%d challenged=%d\n", h.handshakes.load(), h.challenged.load());
+      ready = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  printf("DONE handshakes=%d challenged=%d closed=%d\n", h.handshakes.load(), h.challenged.load(),
+         h.closed.load());
   loop.run_sync([&] { ep.shutdown(error(NEXAR_ERR_CLOSED, "done")); });
   loop.stop();
   return 0;
@@ -409,6 +508,8 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "fake-seed")) return fake_seed(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "impostor")) return impostor(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "forged-worker")) return forged_worker(argc, argv);
-  fprintf(stderr, "usage: nexar-cluster-probe fake-seed|impostor ...\n");
+  if (argc >= 2 && !strcmp(argv[1], "silent-workers")) return silent_workers(argc, argv);
+  fprintf(stderr,
+          "usage: nexar-cluster-probe fake-seed|impostor|forged-worker|silent-workers ...\n");
   return 2;
 }

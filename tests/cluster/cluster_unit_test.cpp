@@ -114,6 +114,15 @@ TEST(EnvDetect, Precedence) {
   EXPECT_EQ(p.source, "torchrun");
   EXPECT_EQ(p.seed_address, "10.1.2.3:29500");
   EXPECT_TRUE(p.host_seed);
+  EXPECT_FALSE(p.all_local);
+  ASSERT_TRUE(detect_environment(lookup({{"RANK", "0"},
+                                         {"WORLD_SIZE", "4"},
+                                         {"LOCAL_WORLD_SIZE", "4"},
+                                         {"MASTER_ADDR", "127.0.0.1"},
+                                         {"MASTER_PORT", "29500"}}),
+                                 &p)
+                  .ok());
+  EXPECT_TRUE(p.all_local);  // no warning about a loopback seed
 
   ASSERT_TRUE(detect_environment(lookup({{"OMPI_COMM_WORLD_RANK", "1"},
                                          {"OMPI_COMM_WORLD_SIZE", "2"},
@@ -124,6 +133,7 @@ TEST(EnvDetect, Precedence) {
   EXPECT_EQ(p.source, "Open MPI");
   EXPECT_EQ(p.seed_address, "127.0.0.1:7000");
   EXPECT_FALSE(p.host_seed);
+  EXPECT_TRUE(p.all_local);
 
   ASSERT_TRUE(
       detect_environment(
@@ -145,6 +155,7 @@ TEST(EnvDetect, Precedence) {
   EXPECT_EQ(p.seed_address, "gpu07:" + std::to_string(61440 + 4321 % 4096));
   EXPECT_EQ(p.rank, 3);
   EXPECT_EQ(p.world_size, 8u);
+  EXPECT_FALSE(p.all_local);
 
   // Multi-host Open MPI with no coordinator: a clear error.
   Status s = detect_environment(
@@ -283,4 +294,20 @@ TEST(JoinMessages, RoundTripAndLimits) {
   auto dec = wire::decode_control(b);
   EXPECT_FALSE(dec);
   EXPECT_NE(dec.error.find("Welcome.peers"), std::string::npos) << dec.error;
+}
+
+// Addresses from the network (a worker's advertised address at the seed, the
+// peers of a Welcome at the worker) are numeric: a host name would make the
+// parsing thread wait on the resolver, outside every deadline.
+TEST(SocketAddress, ParseNumericNeverResolves) {
+  SocketAddress a;
+  EXPECT_TRUE(SocketAddress::parse_numeric("127.0.0.1:5000", &a));
+  EXPECT_EQ(a.to_string(), "127.0.0.1:5000");
+  EXPECT_TRUE(SocketAddress::parse_numeric("[::1]:443", &a));
+  EXPECT_EQ(a.to_string(), "[::1]:443");
+  for (const char *bad : {"localhost:5000", "example.invalid:1", "127.0.0.1", "127.0.0.1:0",
+                          "127.0.0.1:65536", "127.0.0.1:+80", "[::1]443", "", ":80"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_FALSE(SocketAddress::parse_numeric(bad, &a));
+  }
 }

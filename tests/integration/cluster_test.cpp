@@ -181,6 +181,34 @@ TEST(ClusterProcesses, WorkerRetriesUntilTheSeedIsUp) {
 }
 
 // nexar-seed fails fast and says why when it cannot listen.
+// A seed's formation is bounded, and so is every worker's wait for it: the
+// seed refuses a formation timeout of 0 or beyond 1e6 s (nexar.h; a worker
+// clamps what a seed's challenge states to the same bound), naming the
+// timeout and the bound, and takes the bound itself.
+TEST(ClusterProcesses, SeedFormationTimeoutIsBounded) {
+  constexpr uint64_t kMaxMs = 1'000'000'000;
+  for (uint64_t ms : {uint64_t{0}, kMaxMs + 1, ~uint64_t{0}, kMaxMs}) {
+    SCOPED_TRACE(ms);
+    nexar_seed_options_t o;
+    ASSERT_EQ(nexar_seed_options_init(&o, sizeof o), NEXAR_OK);
+    o.listen_address = "127.0.0.1:0";
+    o.world_size = 2;
+    o.formation_timeout_ms = ms;
+    nexar_seed_t *seed = nullptr;
+    const nexar_status_t st = nexar_seed_start(&seed, &o);
+    if (ms == kMaxMs) {
+      EXPECT_EQ(st, NEXAR_OK) << nexar_last_error_message();
+      nexar_seed_stop(seed);
+      continue;
+    }
+    EXPECT_EQ(st, NEXAR_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(seed, nullptr);
+    const std::string msg = nexar_last_error_message();
+    EXPECT_TRUE(contains(msg, "formation timeout")) << msg;
+    EXPECT_TRUE(contains(msg, std::to_string(kMaxMs))) << msg;
+  }
+}
+
 TEST(ClusterProcesses, SeedReportsWhyItCannotListen) {
   TempDir dir;
   std::string addr;
@@ -249,8 +277,30 @@ TEST(ClusterSecurity, WrongTokenIsRefusedAndTheClusterStillForms) {
   EXPECT_TRUE(contains(seed->out(), "gave up")) << seed->dump();
 }
 
+namespace {
+
+// The flow-control limits a join peer is granted, from the probe's line
+// "... data=N stream_uni=N streams_uni=N": anyone who completes a handshake on
+// the join ALPN is granted them before proving anything, so they must hold a
+// few join messages (at most 64 KiB each) and no more. The mesh's (96 and
+// 32 MiB) let a peer pin that much of the other side's memory with
+// out-of-order bytes (ConnectionPolicy).
+void expect_join_windows(const std::string &text, const char *whose) {
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("data=(\\d+) stream_uni=(\\d+)")))
+      << whose << ": " << text;
+  const uint64_t data = std::stoull(m[1]), stream = std::stoull(m[2]);
+  EXPECT_GE(stream, 64u << 10) << whose << ": a join message must fit";
+  EXPECT_LE(stream, 1u << 20) << whose;
+  EXPECT_GE(data, stream) << whose;
+  EXPECT_LE(data, 1u << 20) << whose;
+}
+
+}  // namespace
+
 // A worker that skips the seed's proof and sends a forged proof of its own is
-// refused by the seed (constant-time check on the seed side).
+// refused by the seed (constant-time check on the seed side). Before any
+// proof, the seed grants it only join-sized flow-control windows.
 TEST(ClusterSecurity, ForgedWorkerProofIsRefusedBySeed) {
   TempDir dir;
   std::string addr;
@@ -261,16 +311,38 @@ TEST(ClusterSecurity, ForgedWorkerProofIsRefusedBySeed) {
   EXPECT_EQ(forger.code(), 0) << forger.dump();
   EXPECT_TRUE(contains(forger.out(), "REFUSED status=-10")) << forger.dump() << seed->dump();
   EXPECT_TRUE(contains(seed->out(), "wrong cluster token")) << seed->dump();
+  expect_join_windows(forger.out(), "the seed's windows for an unauthenticated worker");
   // The seed keeps forming.
   std::vector<std::unique_ptr<Proc>> workers;
   workers.push_back(worker(dir, "w0", {{"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}}));
   expect_world(*seed, workers, 1);
 }
 
+// Connections that hold every challenge slot and never answer (256: the
+// seed's kMaxChallenged) do not turn an honest worker away. It was refused
+// ("too many connections are waiting to authenticate") and gave up; it now
+// waits for a slot, gets one when the seed closes a silent connection after
+// its authentication timeout, and joins.
+TEST(ClusterSecurity, SilentConnectionsDoNotTurnWorkersAway) {
+  TempDir dir;
+  std::string addr;
+  auto seed =
+      start_seed(dir, "seed", {"--world-size", "1", "--token-file", write_token(dir)}, &addr);
+  Proc silent(
+      dir, "silent",
+      {NEXAR_PROBE_BIN, "silent-workers", "--seed", addr, "--count", "256", "--seconds", "60"}, {});
+  ASSERT_TRUE(silent.wait_output("READY ", 120)) << silent.dump() << seed->dump();
+  std::vector<std::unique_ptr<Proc>> workers;
+  workers.push_back(worker(dir, "w0", {{"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}}));
+  expect_world(*seed, workers, 1);
+  EXPECT_FALSE(contains(seed->out(), "too many connections")) << seed->dump();
+  ASSERT_TRUE(silent.wait(90)) << silent.dump();
+}
+
 // A fake seed (a QUIC server on the join protocol without the token) never
 // receives the token or anything derived from it: the worker refuses to send
 // its request after the fake seed's proof fails, and refuses a seed that
-// claims to need no token.
+// claims to need no token. The worker grants it only join-sized windows.
 TEST(ClusterSecurity, FakeSeedLearnsNothing) {
   for (bool claim_open : {false, true}) {
     SCOPED_TRACE(claim_open ? "fake seed claims to run open" : "fake seed makes up a proof");
@@ -291,6 +363,7 @@ TEST(ClusterSecurity, FakeSeedLearnsNothing) {
     ASSERT_TRUE(fake.wait(30)) << fake.dump();
     const std::string seen = read_file(log);
     EXPECT_TRUE(contains(seen, "CONNECTED")) << seen;
+    expect_join_windows(seen, "the worker's windows for a seed");
     // What crossed the wire, decrypted: only the worker's refusal.
     std::string token_hex;
     for (unsigned char c : std::string(kToken)) {
@@ -310,6 +383,35 @@ TEST(ClusterSecurity, FakeSeedLearnsNothing) {
     EXPECT_LE(messages, 1) << seen;
     EXPECT_FALSE(contains(seen, "JoinRequest")) << seen;
   }
+}
+
+// A seed's challenge says how long formation may still take, and the worker
+// waits that long (plus a margin) for its Welcome. A claim of 2^64 - 1 ms
+// wrapped the worker's deadline round to the past, so it gave up at once; it
+// is now clamped to the longest formation a seed runs. Here the worker, which
+// has no token and so accepts a seed that runs open, waits until the fake
+// seed leaves and fails for that reason.
+TEST(ClusterSecurity, SeedsFormationDeadlineIsClampedNotWrapped) {
+  TempDir dir;
+  const std::string log = dir / "fake-seed.log";
+  Proc fake(dir, "fake",
+            {NEXAR_PROBE_BIN, "fake-seed", "--listen", "127.0.0.1:0", "--out", log, "--seconds",
+             "4", "--claim-open", "--formation-ms-left", std::to_string(~uint64_t{0})},
+            {});
+  ASSERT_TRUE(fake.wait_output("LISTENING ", 20)) << fake.dump();
+  const std::string out = fake.out();
+  const size_t at = out.find("LISTENING ") + 10;
+  const std::string addr = out.substr(at, out.find('\n', at) - at);
+  const auto start = std::chrono::steady_clock::now();
+  auto w = worker(dir, "victim", {{"NEXAR_SEED", addr}});
+  ASSERT_TRUE(w->wait(60)) << w->dump();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(w->code(), 0) << w->dump();
+  EXPECT_FALSE(contains(w->out(), "did not complete the world in time")) << w->dump();
+  EXPECT_GE(took, 3.0) << "the worker gave up before the fake seed left\n" << w->dump();
+  ASSERT_TRUE(fake.wait(30)) << fake.dump();
+  EXPECT_TRUE(contains(read_file(log), "MSG JoinRequest")) << read_file(log);
 }
 
 namespace {
