@@ -1197,8 +1197,12 @@ class Seed {
     o.cluster_token = token.empty() ? nullptr : token.c_str();
     o.token_file = nullptr;
     o.open = 0;
+    // Past what a uint64_t holds (or infinite): the largest value, which the
+    // seed refuses, naming its bound (a cast would be undefined).
     if (formation_timeout > 0)
-      o.formation_timeout_ms = static_cast<uint64_t>(formation_timeout * 1000.0);
+      o.formation_timeout_ms = formation_timeout * 1000.0 < 1.8e19
+                                   ? static_cast<uint64_t>(formation_timeout * 1000.0)
+                                   : UINT64_MAX;
     nexar_status_t st;
     std::string msg;
     {

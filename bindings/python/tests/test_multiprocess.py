@@ -104,3 +104,11 @@ def test_usage_errors():
     r = subprocess.run([sys.executable, "-m", "nexar.run", "-n", "2", "--bind-to", "socket",
                         "x.py"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--bind-to: invalid choice: 'socket'" in r.stderr, r.stderr
+    # The seed's own refusals, said plainly (no traceback): a formation
+    # timeout past its bound (1e6 s; infinity once made an undefined cast).
+    for timeout in ("2e6", "inf"):
+        r = subprocess.run([sys.executable, "-m", "nexar.run", "-n", "2", "--formation-timeout",
+                            timeout, "x.py"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert "cannot start the seed" in r.stderr and "formation timeout" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr, r.stderr

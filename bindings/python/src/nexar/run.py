@@ -16,7 +16,8 @@ rank's status, naming it. ``--bind-to core`` (or ``hwthread``) pins local rank
 i to the i-th core (hardware thread) this launcher may use, wrapping round
 when ranks outnumber them, as ``nexar-run --bind-to`` does. Exit status: 0
 when every rank exited 0; the first failing rank's status (128 + signal when
-killed); 1 when the world did not form; 2 on a usage error.
+killed); 1 when the world did not form; 2 on a usage error (including a
+listen address or formation timeout the seed refuses).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import time
 from typing import IO, List, Optional, Sequence
 
 from . import _nexar
+from ._support import NexarError
 
 _out_lock = threading.Lock()
 
@@ -142,7 +144,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     n = ns.np
     token = secrets.token_hex(32)
-    seed: Optional[_nexar.Seed] = _nexar.Seed(n, ns.listen, token, ns.formation_timeout)
+    try:
+        seed: Optional[_nexar.Seed] = _nexar.Seed(n, ns.listen, token, ns.formation_timeout)
+    except NexarError as e:
+        # A listen address or a formation timeout the seed refuses: a usage error.
+        _say(f"cannot start the seed: {e}")
+        return 2
     address = seed.address
 
     slots = binding_slots(ns.bind_to)
