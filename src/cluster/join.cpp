@@ -343,10 +343,11 @@ void SeedClient::on_control(QuicConnection *c, std::span<const uint8_t> message)
           cv_.notify_all();
         } else if constexpr (std::is_same_v<T, wire::JoinError>) {
           const nexar_status_t code = m.status < 0 ? m.status : NEXAR_ERR_PROTOCOL;
-          std::string msg = m.reason;
+          // A seed's reason can list many ranks: whole, but on one line.
+          std::string msg = log::one_line(m.reason, wire::kMaxStringLen);
           if (st != Stage::Welcomed && code != NEXAR_ERR_PEER_FAILED && code != NEXAR_ERR_TIMEOUT)
             msg = format("the seed at %s refused this worker: %s", seed_.to_string().c_str(),
-                         m.reason.c_str());
+                         msg.c_str());
           fail(error(code, msg, m.failed_rank), false);
         } else {
           c->close(1, error(NEXAR_ERR_PROTOCOL,

@@ -44,7 +44,7 @@ std::string lost_reason(const Status &why) {
 std::string Seed::Member::describe() const {
   std::string s = format("worker at %s", remote.to_string().c_str());
   if (!req.host_name.empty())
-    s += format(" (host %s, pid %u%s)", req.host_name.c_str(), req.pid,
+    s += format(" (host %s, pid %u%s)", log::one_line(req.host_name).c_str(), req.pid,
                 req.rank >= 0 ? format(", asking for rank %d", req.rank).c_str() : "");
   return s;
 }
@@ -282,14 +282,14 @@ void Seed::on_control(QuicConnection *c, std::span<const uint8_t> message) {
             // Its mesh could not form (typically: another rank is gone).
             m->state = Member::State::Reported;
             const nexar_status_t code = msg.status < 0 ? msg.status : NEXAR_ERR_PROTOCOL;
-            fail_formation(
-                code, msg.failed_rank,
-                format("rank %u could not form its mesh: %s", m->rank, msg.reason.c_str()));
+            fail_formation(code, msg.failed_rank,
+                           format("rank %u could not form its mesh: %s", m->rank,
+                                  log::one_line(msg.reason).c_str()));
             return;
           }
           // The worker gave up (typically: our token proof did not verify).
           const std::string what =
-              format("%s gave up: %s", m->describe().c_str(), msg.reason.c_str());
+              format("%s gave up: %s", m->describe().c_str(), log::one_line(msg.reason).c_str());
           LOG_WARN("%s", what.c_str());
           if (m->state == Member::State::Challenged) {
             m->state = Member::State::Refused;
@@ -360,9 +360,9 @@ void Seed::handle_request(Member *m, const wire::JoinRequest &req) {
                   format("rank %d is outside a world of %u", req.rank, cfg_.world_size));
   SocketAddress adv;
   if (!SocketAddress::parse_numeric(req.advertise_address, &adv))
-    return refuse(
-        m, NEXAR_ERR_INVALID_ARGUMENT,
-        format("advertised address '%s' is not a numeric ip:port", req.advertise_address.c_str()));
+    return refuse(m, NEXAR_ERR_INVALID_ARGUMENT,
+                  format("advertised address '%s' is not a numeric ip:port",
+                         log::one_line(req.advertise_address).c_str()));
   if (adv.is_loopback() && !m->remote.is_loopback())
     return refuse(m, NEXAR_ERR_INVALID_ARGUMENT,
                   format("the worker advertises the loopback address %s from another host",

@@ -110,5 +110,13 @@ void write(int lvl, const char *fmt, ...) {
   fprintf(stderr, "%s\n", line);
 }
 
+std::string one_line(std::string_view peer_text, std::size_t max) {
+  std::string out(peer_text.substr(0, max));
+  for (char &c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  if (peer_text.size() > max) out += "...";
+  return out;
+}
+
 }  // namespace log
 }  // namespace nexar

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "nexar.h"
 
@@ -27,6 +29,11 @@ bool set_sink(nexar_log_fn fn, void *user_data);
 
 // Parses a level name; returns -1 when it is not one.
 int parse_level(const char *name);
+
+// Text a peer sent, fit for one log line: control bytes (newlines, escape
+// sequences) become '?', and past max bytes it is cut with "...". A peer
+// that has proved nothing yet must not forge log lines or flood them.
+std::string one_line(std::string_view peer_text, std::size_t max = 200);
 
 }  // namespace nexar::log
 

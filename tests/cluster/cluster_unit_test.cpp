@@ -12,6 +12,7 @@
 #include "cluster/env_detect.h"
 #include "cluster/interface_select.h"
 #include "cluster/join_protocol.h"
+#include "core/log.h"
 #include "transport/codec.h"
 #include "transport/tls_credentials.h"
 
@@ -310,4 +311,14 @@ TEST(SocketAddress, ParseNumericNeverResolves) {
     SCOPED_TRACE(bad);
     EXPECT_FALSE(SocketAddress::parse_numeric(bad, &a));
   }
+}
+
+// What a peer sends (a host name, a reason) reaches a log line or an error
+// message on one line: a newline could forge a line of its own.
+TEST(LogText, PeerTextStaysOnOneLine) {
+  EXPECT_EQ(log::one_line("node7"), "node7");
+  EXPECT_EQ(log::one_line("a\nnexar[x:1:r0] error: forged\r\x1b[2J"),
+            "a?nexar[x:1:r0] error: forged??[2J");
+  EXPECT_EQ(log::one_line("h\xc3\xa9te"), "h\xc3\xa9te");  // UTF-8 stays
+  EXPECT_EQ(log::one_line(std::string(300, 'x'), 8), "xxxxxxxx...");
 }
