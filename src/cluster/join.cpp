@@ -128,6 +128,9 @@ Status SeedClient::join(const SocketAddress &seed, const SocketAddress &local,
       std::lock_guard<std::mutex> g(mu_);
       stage_ = Stage::Connecting;
       error_ = Status();
+      // Set by this attempt's connection only: the last one may have finished
+      // its handshake just as it was given up.
+      handshook_ = false;
     }
     loop_.run_sync([&] {
       QuicConnection *c = nullptr;

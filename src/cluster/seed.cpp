@@ -321,8 +321,10 @@ void Seed::refuse(Member *m, nexar_status_t code, const std::string &reason) {
 }
 
 void Seed::refuse_late(Member *m) {
+  // Not failure_'s message: it names the members (hosts, pids, addresses),
+  // and this connection has proved nothing. The seed's log has the details.
   if (phase_ == Phase::Failed)
-    refuse(m, failure_.code, failure_.message);
+    refuse(m, failure_.code, "this seed's formation failed: it admits no more workers");
   else
     refuse(m, NEXAR_ERR_INVALID_ARGUMENT,
            "this seed's world is complete: it admits no more workers");

@@ -209,6 +209,31 @@ TEST(ClusterProcesses, SeedFormationTimeoutIsBounded) {
   }
 }
 
+// A worker that arrives after formation failed is refused without the
+// failure's details: they name the members (hosts, pids, addresses), and the
+// late connection has proved nothing. The seed's own result keeps them.
+TEST(ClusterProcesses, LateWorkerLearnsOnlyThatFormationFailed) {
+  nexar_seed_options_t o;
+  ASSERT_EQ(nexar_seed_options_init(&o, sizeof o), NEXAR_OK);
+  o.listen_address = "127.0.0.1:0";
+  o.world_size = 2;
+  o.formation_timeout_ms = 300;
+  nexar_seed_t *seed = nullptr;
+  ASSERT_EQ(nexar_seed_start(&seed, &o), NEXAR_OK) << nexar_last_error_message();
+  int32_t ended = 0;
+  EXPECT_EQ(nexar_seed_wait(seed, 10000, &ended), NEXAR_ERR_TIMEOUT);
+  ASSERT_EQ(ended, 1);
+  EXPECT_TRUE(contains(nexar_last_error_message(), "formation timed out"))
+      << nexar_last_error_message();
+  TempDir dir;
+  auto late = worker(dir, "late", {{"NEXAR_SEED", nexar_seed_address(seed)}});
+  ASSERT_TRUE(late->wait(30)) << late->dump();
+  EXPECT_EQ(late->code(), 3) << late->dump();
+  EXPECT_TRUE(contains(late->out(), "formation failed: it admits no more workers")) << late->dump();
+  EXPECT_FALSE(contains(late->out(), "timed out")) << late->dump();
+  nexar_seed_stop(seed);
+}
+
 TEST(ClusterProcesses, SeedReportsWhyItCannotListen) {
   TempDir dir;
   std::string addr;
