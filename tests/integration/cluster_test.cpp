@@ -411,17 +411,18 @@ TEST(ClusterSecurity, FakeSeedLearnsNothing) {
 }
 
 // A seed's challenge says how long formation may still take, and the worker
-// waits that long (plus a margin) for its Welcome. A claim of 2^64 - 1 ms
-// wrapped the worker's deadline round to the past, so it gave up at once; it
-// is now clamped to the longest formation a seed runs. Here the worker, which
-// has no token and so accepts a seed that runs open, waits until the fake
-// seed leaves and fails for that reason.
+// waits that long (plus a 15 s margin) for its Welcome, in nanoseconds. A
+// claim of 18446744058710 ms (with the margin, 2^64 ns + 0.45 ms) wrapped the
+// worker's deadline round to 0.45 ms from now, so it gave up at once; the
+// claim is now clamped to the longest formation a seed runs. Here the worker,
+// which has no token and so accepts a seed that runs open, waits until the
+// fake seed leaves and fails for that reason.
 TEST(ClusterSecurity, SeedsFormationDeadlineIsClampedNotWrapped) {
   TempDir dir;
   const std::string log = dir / "fake-seed.log";
   Proc fake(dir, "fake",
             {NEXAR_PROBE_BIN, "fake-seed", "--listen", "127.0.0.1:0", "--out", log, "--seconds",
-             "4", "--claim-open", "--formation-ms-left", std::to_string(~uint64_t{0})},
+             "4", "--claim-open", "--formation-ms-left", "18446744058710"},
             {});
   ASSERT_TRUE(fake.wait_output("LISTENING ", 20)) << fake.dump();
   const std::string out = fake.out();
