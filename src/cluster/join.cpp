@@ -18,7 +18,6 @@ namespace {
 constexpr uint64_t kAttemptTimeoutMs = 3000;  // one QUIC handshake attempt with the seed
 constexpr uint64_t kFirstBackoffMs = 100;
 constexpr uint64_t kMaxBackoffMs = 2000;
-constexpr uint64_t kChallengeWaitMs = 10000;  // from handshake to the seed's challenge
 constexpr uint64_t kWelcomeMarginMs = 15000;  // beyond the seed's own formation deadline
 constexpr uint64_t kReadyAckMs = 2000;
 
@@ -178,11 +177,11 @@ Status SeedClient::join(const SocketAddress &seed, const SocketAddress &local,
   LOG_DEBUG("connected to the seed at %s after %u attempt(s)", seed.to_string().c_str(), attempts);
 
   // The challenge, our request, then the Welcome once the world is complete.
-  if (!wait_until(deadline_after(kChallengeWaitMs),
+  if (!wait_until(deadline_after(join::kChallengeWaitMs),
                   [&] { return stage_ != Stage::Connecting && stage_ != Stage::Challenged; }))
     return error(NEXAR_ERR_TIMEOUT, format("the seed at %s accepted the connection but sent no "
                                            "challenge within %.0f s",
-                                           seed.to_string().c_str(), kChallengeWaitMs / 1e3));
+                                           seed.to_string().c_str(), join::kChallengeWaitMs / 1e3));
   uint64_t welcome_deadline;
   {
     std::lock_guard<std::mutex> g(mu_);

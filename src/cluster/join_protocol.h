@@ -55,6 +55,11 @@ inline constexpr uint8_t kAuthToken = 1;
 inline constexpr uint64_t kKeepAliveMs = 500;
 inline constexpr uint64_t kIdleTimeoutMs = 3000;
 
+// How long a worker waits from its handshake to the seed's challenge. The
+// seed closes a connection that waited that long for a challenge slot: its
+// worker has given up.
+inline constexpr uint64_t kChallengeWaitMs = 10000;
+
 // The longest formation a seed runs (1e6 s, about 11.6 days; nexar-seed's
 // --formation-timeout has the same bound). A worker waits for its Welcome no
 // longer than the seed's deadline, as the challenge states it, and never more

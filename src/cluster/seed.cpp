@@ -25,10 +25,10 @@ constexpr double kNoticeGraceS = 2.0;    // time for failure notices to be deliv
 // connection past the first bound waits its turn (oldest first) instead of
 // being refused: a thousand workers starting together, or connections that
 // hold slots without answering, must not turn honest workers away. Past both
-// it is refused. A waiting worker gives up after join's 10 s challenge wait.
+// it is refused. A waiting worker gives up after join::kChallengeWaitMs.
 constexpr size_t kMaxChallenged = 256;
 constexpr size_t kMaxWaiting = Seed::kMaxWorld;
-constexpr double kWaitTimeoutS = 10.0;
+constexpr double kWaitTimeoutS = static_cast<double>(join::kChallengeWaitMs) / 1e3;
 
 // A closed join connection, said plainly (its messages name no rank).
 std::string lost_reason(const Status &why) {
