@@ -35,6 +35,25 @@ int parse_level(const char *name);
 // that has proved nothing yet must not forge log lines or flood them.
 std::string one_line(std::string_view peer_text, std::size_t max = 200);
 
+// For a line that a peer (or a storm of peers) could make repeat: due() is
+// true at most once per interval, and the line says what happened meanwhile.
+// One thread only.
+class Throttle {
+ public:
+  explicit Throttle(uint64_t interval_ns) : interval_ns_(interval_ns) {}
+  bool due(uint64_t now_ns) {
+    if (said_ && now_ns - last_ns_ < interval_ns_) return false;
+    said_ = true;
+    last_ns_ = now_ns;
+    return true;
+  }
+
+ private:
+  uint64_t interval_ns_;
+  uint64_t last_ns_ = 0;
+  bool said_ = false;
+};
+
 }  // namespace nexar::log
 
 #define NEXAR_LOG(lvl, ...)                                                \

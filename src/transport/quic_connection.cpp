@@ -204,7 +204,8 @@ Status QuicConnection::init_client(const SocketAddress &remote) {
   return {};
 }
 
-Status QuicConnection::init_server(const SocketAddress &remote, const ngtcp2_pkt_hd &hd) {
+Status QuicConnection::init_server(const SocketAddress &remote, const ngtcp2_pkt_hd &hd,
+                                   const ngtcp2_cid *retried_odcid) {
   remote_ = remote;
   ngtcp2_cid scid;
   scid.datalen = kScidLen;
@@ -218,6 +219,15 @@ Status QuicConnection::init_server(const SocketAddress &remote, const ngtcp2_pkt
   ngtcp2_transport_params p;
   fill_settings(&s, &p, now_ns());
   p.original_dcid = hd.dcid;  // mandatory for a server
+  if (retried_odcid) {
+    // The client proved its address with our Retry token: the transport
+    // parameters must name both the DCID it first used and the Retry's
+    // source CID (the DCID of this Initial), or the client refuses them.
+    p.original_dcid = *retried_odcid;
+    p.retry_scid = hd.dcid;
+    p.retry_scid_present = 1;
+    s.token = hd.token;
+  }
   p.stateless_reset_token_present = 1;
   ngtcp2_crypto_generate_stateless_reset_token(p.stateless_reset_token, ep_->secret(),
                                                QuicEndpoint::kSecretLen, &scid);
@@ -225,7 +235,8 @@ Status QuicConnection::init_server(const SocketAddress &remote, const ngtcp2_pkt
                                   this);
   if (rc != 0) return from_ngtcp2("ngtcp2_conn_server_new", rc);
   ngtcp2_conn_set_keep_alive_timeout(conn_, ep_->keep_alive_ns());
-  // Retransmitted client Initials still carry the original DCID: route both.
+  // Retransmitted client Initials still carry this Initial's DCID (the
+  // client's original one, or our Retry's source CID): route both.
   scids_.push_back(scid);
   scids_.push_back(hd.dcid);
   ep_->route(scid, this);
@@ -237,6 +248,7 @@ Status QuicConnection::init_server(const SocketAddress &remote, const ngtcp2_pkt
 
 int QuicConnection::cb_handshake_completed(ngtcp2_conn *, void *ud) {
   auto *self = static_cast<QuicConnection *>(ud);
+  self->ep_->end_pending_handshake(self);
   if (!self->ep_->policy().mutual) {
     // A join connection: the handler authenticates the peer (cluster token).
     self->identity_checked_ = true;
@@ -797,11 +809,23 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
     return true;
   }
   switch (rc) {
-    case NGTCP2_ERR_DRAINING:
-      fail(error(NEXAR_ERR_PEER_FAILED,
-                 format("rank %u closed the connection", expected_peer_rank_),
+    case NGTCP2_ERR_DRAINING: {
+      // The peer's reason when it is one of QUIC's own (a refused Retry
+      // token, a flow-control violation): an application close is nexar's.
+      ngtcp2_connection_close_error ccerr;
+      ngtcp2_conn_get_connection_close_error(conn_, &ccerr);
+      const std::string code =
+          ccerr.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT && ccerr.error_code != 0
+              ? format(" (QUIC transport error 0x%llx)",
+                       static_cast<unsigned long long>(ccerr.error_code))
+              : std::string();
+      const std::string who = expected_peer_rank_ == UINT32_MAX
+                                  ? "the peer at " + from.to_string()
+                                  : format("rank %u", expected_peer_rank_);
+      fail(error(NEXAR_ERR_PEER_FAILED, who + " closed the connection" + code,
                  static_cast<int32_t>(expected_peer_rank_)));
       return false;
+    }
     case NGTCP2_ERR_DISCARD_PKT:
       return true;
     case NGTCP2_ERR_DROP_CONN:

@@ -131,7 +131,13 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   QuicConnection &operator=(const QuicConnection &) = delete;
 
   Status init_client(const SocketAddress &remote);
-  Status init_server(const SocketAddress &remote, const ngtcp2_pkt_hd &hd);
+  // retried_odcid: the client's first destination connection ID, when hd is
+  // the Initial that answers our Retry (hd.token is then a valid Retry token).
+  Status init_server(const SocketAddress &remote, const ngtcp2_pkt_hd &hd,
+                     const ngtcp2_cid *retried_odcid);
+  // A server connection counted by QuicEndpoint as handshaking.
+  bool handshake_pending() const { return handshake_pending_; }
+  void set_handshake_pending(bool pending) { handshake_pending_ = pending; }
 
   // Feeds one QUIC datagram. Returns false once the connection is dead.
   bool read_packet(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);
@@ -305,6 +311,7 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   bool write_queued_ = false;
   bool streams_open_ = false;
   bool identity_checked_ = false;
+  bool handshake_pending_ = false;
   std::vector<ngtcp2_cid> scids_;  // routed to us by the endpoint
   // The send streams, one lane each: control, then the ones pick_stream()
   // serves round robin: data (by key), RPC requests, RPC responses, relay

@@ -1,6 +1,7 @@
 #include "transport/quic_endpoint.h"
 
 #include <gnutls/crypto.h>
+#include <ngtcp2/ngtcp2_crypto.h>
 
 #include <algorithm>
 #include <atomic>
@@ -101,6 +102,7 @@ void QuicEndpoint::mark_dirty(QuicConnection *c) {
 }
 
 void QuicEndpoint::retire(QuicConnection *c) {
+  end_pending_handshake(c);
   if (c->write_queued()) {
     c->set_write_queued(false);
     std::erase(dirty_, c);
@@ -172,17 +174,94 @@ void QuicEndpoint::handle_datagram(const SocketAddress &from, const uint8_t *dat
     return;
   }
   if (shut_down_) return;
+  accept_initial(from, data, len, ts);
+}
+
+void QuicEndpoint::accept_initial(const SocketAddress &from, const uint8_t *data, size_t len,
+                                  uint64_t ts) {
   ngtcp2_pkt_hd hd;
   if (ngtcp2_accept(&hd, data, len) != 0) return;  // not an acceptable client Initial
+  // 0-RTT ahead of its Initial: nexar never sends early data.
+  if (hd.type != NGTCP2_PKT_INITIAL) return;
+  ngtcp2_cid odcid;
+  const bool retried = hd.token.len > 0 && hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY;
+  if (retried && ngtcp2_crypto_verify_retry_token(
+                     &odcid, hd.token.base, hd.token.len, secret_, sizeof secret_, hd.version,
+                     from.sa(), from.len, &hd.dcid, kRetryTokenLifetimeMs * kNsPerMs, ts) != 0) {
+    refuse_token(from, hd);
+    return;
+  }
+  if (pending_handshakes_ >= kMaxPendingHandshakes) {
+    ++stats_.initials_dropped;
+    if (drop_log_.due(ts))
+      LOG_WARN(
+          "%zu handshakes are in progress on %s: dropping new connections (from %s and "
+          "others; %llu so far) until some finish, their clients retransmit",
+          pending_handshakes_, local().to_string().c_str(), from.to_string().c_str(),
+          static_cast<unsigned long long>(stats_.initials_dropped));
+    return;
+  }
+  if (!retried && pending_handshakes_ >= kRetryAbove) {
+    if (retry_log_.due(ts))
+      LOG_INFO(
+          "%zu handshakes are in progress on %s: new clients prove their address with a "
+          "QUIC Retry first (%llu sent so far)",
+          pending_handshakes_, local().to_string().c_str(),
+          static_cast<unsigned long long>(stats_.retries_sent + 1));
+    send_retry(from, hd, ts);
+    return;
+  }
   auto c = std::make_unique<QuicConnection>(this, handler_, false, UINT32_MAX);
-  Status s = c->init_server(from, hd);
+  Status s = c->init_server(from, hd, retried ? &odcid : nullptr);
   if (!s) {
     LOG_WARN("cannot accept a connection from %s: %s", from.to_string().c_str(), s.message.c_str());
     return;
   }
+  if (retried) LOG_DEBUG("%s proved its address with a Retry", from.to_string().c_str());
   QuicConnection *raw = c.get();
+  raw->set_handshake_pending(true);
+  ++pending_handshakes_;
   conns_.push_back(std::move(c));
   if (!raw->read_packet(from, data, len, ts)) retire(raw);
+}
+
+void QuicEndpoint::send_retry(const SocketAddress &to, const ngtcp2_pkt_hd &hd, uint64_t ts) {
+  ngtcp2_cid retry_scid;
+  retry_scid.datalen = kScidLen;
+  gnutls_rnd(GNUTLS_RND_NONCE, retry_scid.data, kScidLen);
+  uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN];
+  const ngtcp2_ssize token_len = ngtcp2_crypto_generate_retry_token(
+      token, secret_, sizeof secret_, hd.version, to.sa(), to.len, &retry_scid, &hd.dcid, ts);
+  if (token_len < 0) return;
+  uint8_t packet[256];
+  const ngtcp2_ssize n =
+      ngtcp2_crypto_write_retry(packet, sizeof packet, hd.version, &hd.scid, &retry_scid, &hd.dcid,
+                                token, static_cast<size_t>(token_len));
+  if (n < 0) return;
+  const size_t size = static_cast<size_t>(n);
+  ++stats_.retries_sent;
+  transmit(to, packet, &size, 1);
+}
+
+void QuicEndpoint::refuse_token(const SocketAddress &to, const ngtcp2_pkt_hd &hd) {
+  // RFC 9000 section 8.1.2: an invalid Retry token (expired, or minted for
+  // another address) closes the attempt at once instead of leaving the client
+  // to time out.
+  ++stats_.invalid_retry_tokens;
+  LOG_DEBUG("refusing a connection from %s: its Retry token is invalid or expired",
+            to.to_string().c_str());
+  uint8_t packet[1280];
+  const ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(
+      packet, sizeof packet, hd.version, &hd.scid, &hd.dcid, NGTCP2_INVALID_TOKEN, nullptr, 0);
+  if (n < 0) return;
+  const size_t size = static_cast<size_t>(n);
+  transmit(to, packet, &size, 1);
+}
+
+void QuicEndpoint::end_pending_handshake(QuicConnection *c) {
+  if (!c->handshake_pending()) return;
+  c->set_handshake_pending(false);
+  --pending_handshakes_;
 }
 
 void QuicEndpoint::transmit(const SocketAddress &to, const uint8_t *buf, const size_t *sizes,

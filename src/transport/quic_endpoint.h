@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/clock.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "engine/event_loop.h"
 #include "transport/congestion_control.h"
@@ -31,14 +33,28 @@ struct TransportStats {
   // already due (each an extra poll and loop pass; one re-armed before the
   // loop polls again cost nothing and is not counted).
   uint64_t socket_reads = 0, empty_socket_reads = 0, timers_fired_due = 0;
+  // Address validation: Retry packets sent, client Initials dropped because
+  // too many handshakes were in progress, Retry tokens that failed.
+  uint64_t retries_sent = 0, initials_dropped = 0, invalid_retry_tokens = 0;
 };
 
+// Address validation (RFC 9000 section 8.1). A server connection costs a TLS
+// session and ngtcp2 state for as long as its handshake may last, and a
+// client Initial can come from a forged address. Past kRetryAbove server
+// handshakes in progress, an Initial without a valid Retry token is answered
+// with a stateless Retry: only a client that receives it at its address can
+// come back, one round trip later. Past kMaxPendingHandshakes, Initials are
+// dropped (a client retransmits them) so that even validated addresses cannot
+// grow the endpoint without bound.
 class QuicEndpoint {
  public:
   static constexpr size_t kSecretLen = 32;
+  static constexpr size_t kRetryAbove = 64;
+  static constexpr size_t kMaxPendingHandshakes = 1024;
+  static constexpr uint64_t kRetryTokenLifetimeMs = 10000;
 
-  // handler receives every connection's events; accept_from decides whether
-  // an unknown client Initial may create a server connection.
+  // handler receives every connection's events, server connections' too
+  // (any valid client Initial may create one, within the bounds above).
   QuicEndpoint(EventLoop *loop, ConnectionHandler *handler, uint64_t cluster_id,
                std::shared_ptr<TlsCredentials> creds, uint64_t idle_timeout_ms,
                uint64_t connect_timeout_ms, uint64_t keep_alive_ms,
@@ -74,6 +90,9 @@ class QuicEndpoint {
   }
   void route(const ngtcp2_cid &cid, QuicConnection *c);
   void unroute(const ngtcp2_cid &cid);
+  // c's handshake is over (done, or the connection is retired): it no longer
+  // counts against kRetryAbove and kMaxPendingHandshakes.
+  void end_pending_handshake(QuicConnection *c);
   // Queues c to be written before the loop sleeps (once, however often it is
   // marked).
   void mark_dirty(QuicConnection *c);
@@ -81,6 +100,7 @@ class QuicEndpoint {
   void transmit(const SocketAddress &to, const uint8_t *buf, const size_t *sizes, size_t n);
   TransportStats &stats() { return stats_; }
   size_t connections() const { return conns_.size(); }
+  size_t pending_handshakes() const { return pending_handshakes_; }
   bool has_unacked() const {
     for (const auto &c : conns_)
       if (c->has_unacked()) return true;
@@ -93,6 +113,11 @@ class QuicEndpoint {
   static void on_readable(struct ev_loop *, ev_io *w, int revents);
   void read_socket();
   void handle_datagram(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);
+  // A client Initial nothing routes: admits it as a new server connection,
+  // or answers it statelessly (Retry, CONNECTION_CLOSE), or drops it.
+  void accept_initial(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);
+  void send_retry(const SocketAddress &to, const ngtcp2_pkt_hd &hd, uint64_t ts);
+  void refuse_token(const SocketAddress &to, const ngtcp2_pkt_hd &hd);
   bool flush();  // before-sleep hook: write dirty connections
   void flush_pending();
 
@@ -131,6 +156,10 @@ class QuicEndpoint {
   };
   std::vector<Pending> pending_;
   bool shut_down_ = false;
+  // Server connections whose handshake is in progress. Retries and drops are
+  // logged at most every 10 s each: a flood must not flood the log too.
+  size_t pending_handshakes_ = 0;
+  log::Throttle retry_log_{10000 * kNsPerMs}, drop_log_{10000 * kNsPerMs};
   TransportStats stats_;
 };
 

@@ -25,6 +25,24 @@
 //       is challenged, and "DONE ... closed=C" when the seed has closed them
 //       all or after S seconds (30).
 //
+//   nexar-cluster-probe initial-flood --seed ADDR --count N [--answer-retry|--move-after-retry]
+//                       [--seconds S] [--report-after R]
+//       Starts N join connections whose datagrams pass through a relay of its
+//       own: each connection's packets reach the seed from one of 64 relay
+//       sockets, and the seed's answers are read there and not passed on (as
+//       if the clients' addresses were forged), except Retry packets with
+//       --answer-retry: those connections come back with a valid token and
+//       then stall. With --move-after-retry, a connection's packets leave
+//       from another relay socket once it has its Retry (its token names the
+//       first one), and every answer reaches the clients. Prints what it has
+//       seen so far after R seconds (2) and at the end, after S seconds (6):
+//         FLOODING sent=N retried=R admitted=A
+//         DONE sent=N retried=R admitted=A
+//       N: connections whose Initial reached the seed; R: answered with a
+//       Retry; A: answered with the seed's own Initial (it keeps state).
+//       DONE adds refused_token=K: connections the seed closed with
+//       INVALID_TOKEN.
+//
 //   nexar-cluster-probe impostor --seed ADDR --token T --rank R --target T2
 //                       --attack other-ca|claim-rank:N|none|die-after-welcome
 //                       [--done-file F]
@@ -37,8 +55,10 @@
 //       then creates F and stays in the world until killed.
 #include <fcntl.h>
 #include <gnutls/crypto.h>
+#include <poll.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -47,6 +67,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 
 #include "cluster/interface_select.h"
 #include "cluster/join.h"
@@ -501,6 +522,138 @@ int silent_workers(int argc, char **argv) {
   return 0;
 }
 
+// ---- initial flood -------------------------------------------------------------------
+
+// Handshakes that never finish: nothing to do but let the endpoint retire them.
+struct Stalled : ConnectionHandler {
+  QuicEndpoint *ep = nullptr;
+  std::atomic<int> refused_token{0};
+  void on_handshake_done(QuicConnection *, const NodeIdentity &) override {}
+  void on_control(QuicConnection *, std::span<const uint8_t>) override {}
+  MessageSink *on_message(QuicConnection *c, int64_t, const wire::FrameHeader &) override {
+    c->close(1, error(NEXAR_ERR_PROTOCOL, "data"));
+    return nullptr;
+  }
+  void on_closed(QuicConnection *c, const Status &why) override {
+    if (why.message.find("transport error 0xb)") != std::string::npos) ++refused_token;
+    ep->retire(c);
+  }
+};
+
+// The connection ID a long-header packet names (dcid or scid), as a key.
+std::string long_header_cid(const UdpSocket::Datagram &d, size_t off, size_t len, bool dcid) {
+  ngtcp2_version_cid vc;
+  if (len == 0 || !(d.data[off] & 0x80) ||
+      ngtcp2_pkt_decode_version_cid(&vc, d.data + off, len, 16) != 0)
+    return {};
+  const uint8_t *cid = dcid ? vc.dcid : vc.scid;
+  return std::string(reinterpret_cast<const char *>(cid), dcid ? vc.dcidlen : vc.scidlen);
+}
+
+// Calls fn(datagram, offset, length) for each packet of what receive_batch
+// read (GRO may have coalesced several into one datagram).
+template <class Fn>
+void each_packet(const std::vector<UdpSocket::Datagram> &got, Fn fn) {
+  for (const auto &d : got)
+    for (size_t off = 0; off < d.len; off += d.segment_size) {
+      const size_t len = std::min(d.segment_size, d.len - off);
+      fn(d, off, len);
+    }
+}
+
+int initial_flood(int argc, char **argv) {
+  SocketAddress seed, local;
+  std::shared_ptr<TlsCredentials> creds;
+  if (!join_client_setup(argc, argv, &seed, &local, &creds)) return 3;
+  const int count = atoi(arg(argc, argv, "--count").c_str());
+  const bool move = flag(argc, argv, "--move-after-retry");
+  const bool answer_retry = move || flag(argc, argv, "--answer-retry");
+  const double seconds = atof(arg(argc, argv, "--seconds", "6").c_str());
+  const double report_after = atof(arg(argc, argv, "--report-after", "2").c_str());
+  // The clients dial the relay's front socket; it sends their packets on from
+  // one of its back sockets, chosen by the client's connection ID.
+  constexpr size_t kBack = 64;
+  UdpSocket front;
+  std::array<UdpSocket, kBack> back;
+  Status s = front.bind(local);
+  for (size_t i = 0; i < kBack && s; ++i)
+    s = back[i].bind(local);
+  EventLoop loop(-1);
+  Stalled h;
+  QuicEndpoint ep(&loop, &h, 0, creds, join::kIdleTimeoutMs, 10000, join::kKeepAliveMs,
+                  ConnectionPolicy::join());
+  h.ep = &ep;
+  if (s) s = ep.open(local);
+  if (!s) {
+    printf("PROBE_FAILED %s\n", s.message.c_str());
+    return 3;
+  }
+  loop.start();
+  std::unordered_set<std::string> sent, retried, admitted;
+  std::vector<UdpSocket::Datagram> got;
+  auto relay = [&] {
+    pollfd fds[kBack + 1];
+    fds[0] = {front.fd(), POLLIN, 0};
+    for (size_t i = 0; i < kBack; ++i)
+      fds[i + 1] = {back[i].fd(), POLLIN, 0};
+    if (poll(fds, kBack + 1, 5) <= 0) return;
+    while (front.receive_batch(got) > 0)
+      each_packet(got, [&](const UdpSocket::Datagram &d, size_t off, const size_t &len) {
+        const std::string scid = long_header_cid(d, off, len, false);
+        if (scid.empty()) return;
+        sent.insert(scid);
+        const size_t via = std::hash<std::string>{}(scid) + (move && retried.count(scid));
+        size_t n = 0;
+        back[via % kBack].send_packets(seed, d.data + off, &len, 1, &n);
+      });
+    for (auto &b : back)
+      while (b.receive_batch(got) > 0)
+        each_packet(got, [&](const UdpSocket::Datagram &d, size_t off, const size_t &len) {
+          const std::string client = long_header_cid(d, off, len, true);
+          if (client.empty()) return;
+          const int type = (d.data[off] & 0x30) >> 4;  // QUIC v1 long-header types
+          // An Initial is the seed's first flight, except after a moved
+          // client's Retry: then it carries the seed's CONNECTION_CLOSE.
+          if (type == 0 && !(move && retried.count(client))) admitted.insert(client);
+          if (type == 3) retried.insert(client);  // Retry
+          size_t n = 0;
+          if ((answer_retry && type == 3) || move)
+            front.send_packets(ep.local(), d.data + off, &len, 1, &n);
+        });
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::duration<double>(seconds);
+  int started = 0;
+  bool said = false;
+  while (std::chrono::steady_clock::now() < end) {
+    // A batch of connections per round, so the sockets' buffers keep up.
+    if (started < count)
+      loop.run_sync([&] {
+        for (int i = 0; i < 32 && started < count && s; ++i, ++started) {
+          QuicConnection *c = nullptr;
+          s = ep.connect(front.local(), UINT32_MAX, &c);
+        }
+      });
+    if (!s) {
+      printf("PROBE_FAILED %s\n", s.message.c_str());
+      return 3;
+    }
+    relay();
+    if (!said &&
+        std::chrono::steady_clock::now() - start > std::chrono::duration<double>(report_after)) {
+      printf("FLOODING sent=%zu retried=%zu admitted=%zu\n", sent.size(), retried.size(),
+             admitted.size());
+      said = true;
+    }
+  }
+  printf("DONE sent=%zu retried=%zu admitted=%zu refused_token=%d\n", sent.size(), retried.size(),
+         admitted.size(), h.refused_token.load());
+  // Nothing more reaches the seed: its half-open connections time out.
+  loop.run_sync([&] { ep.shutdown(error(NEXAR_ERR_CLOSED, "done")); });
+  loop.stop();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -509,7 +662,9 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "impostor")) return impostor(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "forged-worker")) return forged_worker(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "silent-workers")) return silent_workers(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "initial-flood")) return initial_flood(argc, argv);
   fprintf(stderr,
-          "usage: nexar-cluster-probe fake-seed|impostor|forged-worker|silent-workers ...\n");
+          "usage: nexar-cluster-probe "
+          "fake-seed|impostor|forged-worker|silent-workers|initial-flood ...\n");
   return 2;
 }

@@ -322,3 +322,15 @@ TEST(LogText, PeerTextStaysOnOneLine) {
   EXPECT_EQ(log::one_line("h\xc3\xa9te"), "h\xc3\xa9te");  // UTF-8 stays
   EXPECT_EQ(log::one_line(std::string(300, 'x'), 8), "xxxxxxxx...");
 }
+
+// A line a flood can repeat (QuicEndpoint's Retry and drop warnings) is said
+// at once, then at most once per interval.
+TEST(LogText, ThrottleSpeaksOncePerInterval) {
+  log::Throttle t(10);
+  EXPECT_TRUE(t.due(0));  // the first time, even at time 0
+  EXPECT_FALSE(t.due(0));
+  EXPECT_FALSE(t.due(9));
+  EXPECT_TRUE(t.due(10));
+  EXPECT_FALSE(t.due(19));
+  EXPECT_TRUE(t.due(1000));
+}

@@ -364,6 +364,97 @@ TEST(ClusterSecurity, SilentConnectionsDoNotTurnWorkersAway) {
   ASSERT_TRUE(silent.wait(90)) << silent.dump();
 }
 
+// The counts the flood probe printed on the line that starts with `line`.
+struct FloodCounts {
+  unsigned long sent = 0, retried = 0, admitted = 0;
+};
+FloodCounts flood_counts(const std::string &out, const std::string &line) {
+  const size_t at = out.find(line);
+  if (at == std::string::npos) return {};
+  const std::string l = out.substr(at, out.find('\n', at) - at);
+  return {std::stoul("0" + field(l, "sent")), std::stoul("0" + field(l, "retried")),
+          std::stoul("0" + field(l, "admitted"))};
+}
+
+// A seed for a world of one, and the flood probe aimed at it with `args`.
+struct FloodedSeed {
+  std::string addr;
+  std::unique_ptr<Proc> seed, flood;
+};
+FloodedSeed flooded_seed(const TempDir &dir, std::vector<std::string> args,
+                         const Proc::Env &seed_env = {}) {
+  FloodedSeed f;
+  f.seed = start_seed(dir, "seed", {"--world-size", "1", "--token-file", write_token(dir)}, &f.addr,
+                      seed_env);
+  args.insert(args.begin(), {NEXAR_PROBE_BIN, "initial-flood", "--seed", f.addr});
+  f.flood = std::make_unique<Proc>(dir, "flood", args, Proc::Env{});
+  return f;
+}
+
+// QuicEndpoint::kRetryAbove and kMaxPendingHandshakes: the handshakes in
+// progress past which Initials get a Retry, and past which they are dropped.
+constexpr unsigned long kRetryAbove = 64, kMaxPendingHandshakes = 1024;
+
+// Client Initials from addresses that never answer (as if forged) cost the
+// seed a connection only up to kRetryAbove handshakes in progress; the others
+// get a stateless Retry. An honest worker arriving meanwhile answers its Retry
+// and joins.
+TEST(ClusterSecurity, ForgedInitialsGetRetryNotState) {
+  TempDir dir;
+  FloodedSeed f =
+      flooded_seed(dir, {"--count", "600", "--seconds", "8"}, {{"NEXAR_LOG_LEVEL", "debug"}});
+  ASSERT_TRUE(f.flood->wait_output("FLOODING ", 60)) << f.flood->dump() << f.seed->dump();
+  std::vector<std::unique_ptr<Proc>> workers;
+  workers.push_back(worker(dir, "w0", {{"NEXAR_SEED", f.addr}, {"NEXAR_CLUSTER_TOKEN", kToken}}));
+  expect_world(*f.seed, workers, 1);
+  EXPECT_TRUE(contains(f.seed->err(), "new clients prove their address")) << f.seed->dump();
+  EXPECT_TRUE(contains(f.seed->err(), "proved its address with a Retry")) << f.seed->dump();
+  ASSERT_TRUE(f.flood->wait(60)) << f.flood->dump();
+  const FloodCounts done = flood_counts(f.flood->out(), "DONE ");
+  EXPECT_EQ(done.sent, 600u) << f.flood->dump();
+  EXPECT_GE(done.admitted, 1u) << f.flood->dump();
+  EXPECT_LE(done.admitted, kRetryAbove) << f.flood->dump();
+  EXPECT_GE(done.retried, 600u - kRetryAbove) << f.flood->dump();
+}
+
+// A Retry token names the address it was sent to: a client that comes back
+// with it from another address is refused at once with INVALID_TOKEN (RFC
+// 9000 section 8.1.2) instead of being admitted or left to time out.
+TEST(ClusterSecurity, RetryTokenFromAnotherAddressIsRefused) {
+  TempDir dir;
+  FloodedSeed f = flooded_seed(dir, {"--count", "200", "--move-after-retry", "--seconds", "4"});
+  ASSERT_TRUE(f.flood->wait(60)) << f.flood->dump();
+  const std::string out = f.flood->out();
+  const FloodCounts done = flood_counts(out, "DONE ");
+  EXPECT_EQ(done.sent, 200u) << f.flood->dump();
+  // Past kRetryAbove (the admitted ones finish their handshakes through the
+  // relay, so a few more get in without a Retry).
+  EXPECT_GE(done.retried, 100u) << f.flood->dump();
+  EXPECT_EQ(field(out.substr(out.find("DONE ")), "refused_token"), std::to_string(done.retried))
+      << f.flood->dump();
+  f.seed->kill_now();
+}
+
+// Clients that do answer the Retry (their address is real) and then stall are
+// admitted only up to kMaxPendingHandshakes at a time; past that their
+// Initials are dropped, honest ones too, until handshakes end. The honest
+// worker's retries get it in once the stalled ones have timed out.
+TEST(ClusterSecurity, StalledHandshakesAreCapped) {
+  TempDir dir;
+  FloodedSeed f = flooded_seed(
+      dir, {"--count", "1200", "--answer-retry", "--report-after", "3", "--seconds", "7"});
+  ASSERT_TRUE(f.flood->wait_output("FLOODING ", 60)) << f.flood->dump() << f.seed->dump();
+  std::vector<std::unique_ptr<Proc>> workers;
+  workers.push_back(worker(dir, "w0", {{"NEXAR_SEED", f.addr}, {"NEXAR_CLUSTER_TOKEN", kToken}}));
+  expect_world(*f.seed, workers, 1);
+  EXPECT_TRUE(contains(f.seed->err(), "dropping new connections")) << f.seed->dump();
+  ASSERT_TRUE(f.flood->wait(60)) << f.flood->dump();
+  const FloodCounts seen = flood_counts(f.flood->out(), "FLOODING ");
+  EXPECT_EQ(seen.sent, 1200u) << f.flood->dump();
+  EXPECT_GT(seen.admitted, kRetryAbove) << f.flood->dump();  // validated clients get in
+  EXPECT_LE(seen.admitted, kMaxPendingHandshakes) << f.flood->dump();
+}
+
 // A fake seed (a QUIC server on the join protocol without the token) never
 // receives the token or anything derived from it: the worker refuses to send
 // its request after the fake seed's proof fails, and refuses a seed that
