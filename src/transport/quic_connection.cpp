@@ -153,8 +153,10 @@ Status QuicConnection::setup_tls() {
                   : ngtcp2_crypto_gnutls_configure_server_session(session_);
   if (rc != 0) return error(NEXAR_ERR_TLS, "ngtcp2_crypto_gnutls_configure_session failed");
   gnutls_handshake_set_secret_function(session_, &QuicConnection::cb_tls_secret);
-  if ((rc = gnutls_priority_set_direct(session_, kTlsPriority, nullptr)) < 0)
-    return error(NEXAR_ERR_TLS, format("gnutls_priority_set_direct: %s", gnutls_strerror(rc)));
+  gnutls_priority_t priority;
+  if (Status st = tls_priority(&priority); !st) return st;
+  if ((rc = gnutls_priority_set(session_, priority)) < 0)
+    return error(NEXAR_ERR_TLS, format("gnutls_priority_set: %s", gnutls_strerror(rc)));
   if ((rc = gnutls_credentials_set(session_, GNUTLS_CRD_CERTIFICATE, ep_->credentials()->get())) <
       0)
     return error(NEXAR_ERR_TLS, format("gnutls_credentials_set: %s", gnutls_strerror(rc)));

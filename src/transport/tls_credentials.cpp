@@ -16,11 +16,21 @@
 
 namespace nexar {
 
+namespace {
+
 const char *const kTlsPriority =
     "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:-GROUP-ALL:+GROUP-X25519:"
     "+GROUP-SECP256R1:%DISABLE_TLS13_COMPAT_MODE";
 
-namespace {
+// The parsed priorities; GnuTLS only reads them once made.
+struct PriorityCache {
+  gnutls_priority_t priority = nullptr;
+  int rc = 0;
+  PriorityCache() { rc = gnutls_priority_init(&priority, kTlsPriority, nullptr); }
+  ~PriorityCache() {
+    if (rc >= 0) gnutls_priority_deinit(priority);
+  }
+};
 
 Status tls_error(const char *what, int rc) {
   return error(NEXAR_ERR_TLS, format("%s: %s", what, gnutls_strerror(rc)));
@@ -393,6 +403,13 @@ Status TlsCredentials::create_anonymous(std::shared_ptr<TlsCredentials> *out) {
   auto c = std::make_shared<TlsCredentials>();
   TRY_TLS(gnutls_certificate_allocate_credentials(&c->cred_));
   *out = std::move(c);
+  return {};
+}
+
+Status tls_priority(gnutls_priority_t *out) {
+  static const PriorityCache cache;  // thread-safe initialisation
+  if (cache.rc < 0) return tls_error("gnutls_priority_init", cache.rc);
+  *out = cache.priority;
   return {};
 }
 

@@ -93,7 +93,9 @@ class TlsCredentials {
 // Reads the verified peer certificate of a finished handshake.
 Status peer_identity(gnutls_session_t session, NodeIdentity *out);
 
-// The TLS 1.3, AES-128-GCM-only priority string (GnuTLS ChaCha20 is 10x slower here).
-extern const char *const kTlsPriority;
+// The TLS 1.3, AES-128-GCM-only priorities (GnuTLS ChaCha20 is 10x slower
+// here), parsed once per process and shared by every session: parsing them
+// per session cost 8 KB a connection and the parse on every handshake.
+Status tls_priority(gnutls_priority_t *out);
 
 }  // namespace nexar
