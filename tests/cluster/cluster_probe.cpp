@@ -35,7 +35,8 @@
 //       then stall. With --move-after-retry, a connection's packets leave
 //       from another relay socket once it has its Retry (its token names the
 //       first one), and every answer reaches the clients. Prints what it has
-//       seen so far after R seconds (2) and at the end, after S seconds (6):
+//       seen so far R seconds (1) after every connection's Initial went out,
+//       and at the end, after S seconds (6):
 //         FLOODING sent=N retried=R admitted=A
 //         DONE sent=N retried=R admitted=A
 //       N: connections whose Initial reached the seed; R: answered with a
@@ -569,7 +570,7 @@ int initial_flood(int argc, char **argv) {
   const bool move = flag(argc, argv, "--move-after-retry");
   const bool answer_retry = move || flag(argc, argv, "--answer-retry");
   const double seconds = atof(arg(argc, argv, "--seconds", "6").c_str());
-  const double report_after = atof(arg(argc, argv, "--report-after", "2").c_str());
+  const double report_after = atof(arg(argc, argv, "--report-after", "1").c_str());
   // The clients dial the relay's front socket; it sends their packets on from
   // one of its back sockets, chosen by the client's connection ID.
   constexpr size_t kBack = 64;
@@ -621,8 +622,8 @@ int initial_flood(int argc, char **argv) {
             front.send_packets(ep.local(), d.data + off, &len, 1, &n);
         });
   };
-  const auto start = std::chrono::steady_clock::now();
-  const auto end = start + std::chrono::duration<double>(seconds);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  auto all_sent = end;  // when the last connection's first Initial went out
   int started = 0;
   bool said = false;
   while (std::chrono::steady_clock::now() < end) {
@@ -639,8 +640,10 @@ int initial_flood(int argc, char **argv) {
       return 3;
     }
     relay();
-    if (!said &&
-        std::chrono::steady_clock::now() - start > std::chrono::duration<double>(report_after)) {
+    if (all_sent == end && sent.size() == static_cast<size_t>(count))
+      all_sent = std::chrono::steady_clock::now();
+    if (!said && all_sent != end &&
+        std::chrono::steady_clock::now() - all_sent > std::chrono::duration<double>(report_after)) {
       printf("FLOODING sent=%zu retried=%zu admitted=%zu\n", sent.size(), retried.size(),
              admitted.size());
       said = true;

@@ -442,7 +442,7 @@ TEST(ClusterSecurity, RetryTokenFromAnotherAddressIsRefused) {
 TEST(ClusterSecurity, StalledHandshakesAreCapped) {
   TempDir dir;
   FloodedSeed f = flooded_seed(
-      dir, {"--count", "1200", "--answer-retry", "--report-after", "3", "--seconds", "7"});
+      dir, {"--count", "1200", "--answer-retry", "--report-after", "1", "--seconds", "7"});
   ASSERT_TRUE(f.flood->wait_output("FLOODING ", 60)) << f.flood->dump() << f.seed->dump();
   std::vector<std::unique_ptr<Proc>> workers;
   workers.push_back(worker(dir, "w0", {{"NEXAR_SEED", f.addr}, {"NEXAR_CLUSTER_TOKEN", kToken}}));
