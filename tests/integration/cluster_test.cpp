@@ -410,10 +410,14 @@ TEST(ClusterSecurity, ForgedInitialsGetRetryNotState) {
   EXPECT_TRUE(contains(f.seed->err(), "new clients prove their address")) << f.seed->dump();
   EXPECT_TRUE(contains(f.seed->err(), "proved its address with a Retry")) << f.seed->dump();
   ASSERT_TRUE(f.flood->wait(60)) << f.flood->dump();
+  // Admitted connections are counted as the flood reports, a second after
+  // the last Initial went out: later, the first half-open ones time out and
+  // their places are taken again (the bound is on handshakes at a time).
+  const FloodCounts seen = flood_counts(f.flood->out(), "FLOODING ");
+  EXPECT_GE(seen.admitted, 1u) << f.flood->dump();
+  EXPECT_LE(seen.admitted, kRetryAbove) << f.flood->dump();
   const FloodCounts done = flood_counts(f.flood->out(), "DONE ");
   EXPECT_EQ(done.sent, 600u) << f.flood->dump();
-  EXPECT_GE(done.admitted, 1u) << f.flood->dump();
-  EXPECT_LE(done.admitted, kRetryAbove) << f.flood->dump();
   EXPECT_GE(done.retried, 600u - kRetryAbove) << f.flood->dump();
 }
 
