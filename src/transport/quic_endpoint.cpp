@@ -238,9 +238,8 @@ void QuicEndpoint::send_retry(const SocketAddress &to, const ngtcp2_pkt_hd &hd, 
       ngtcp2_crypto_write_retry(packet, sizeof packet, hd.version, &hd.scid, &retry_scid, &hd.dcid,
                                 token, static_cast<size_t>(token_len));
   if (n < 0) return;
-  const size_t size = static_cast<size_t>(n);
   ++stats_.retries_sent;
-  transmit(to, packet, &size, 1);
+  send_stateless(to, packet, static_cast<size_t>(n));
 }
 
 void QuicEndpoint::refuse_token(const SocketAddress &to, const ngtcp2_pkt_hd &hd) {
@@ -254,8 +253,14 @@ void QuicEndpoint::refuse_token(const SocketAddress &to, const ngtcp2_pkt_hd &hd
   const ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(
       packet, sizeof packet, hd.version, &hd.scid, &hd.dcid, NGTCP2_INVALID_TOKEN, nullptr, 0);
   if (n < 0) return;
-  const size_t size = static_cast<size_t>(n);
-  transmit(to, packet, &size, 1);
+  send_stateless(to, packet, static_cast<size_t>(n));
+}
+
+void QuicEndpoint::send_stateless(const SocketAddress &to, const uint8_t *packet, size_t size) {
+  // Now or not at all: queued behind a full socket (transmit), a flood's
+  // answers would grow pending_ without bound. The client retransmits.
+  size_t sent = 0;
+  if (pending_.empty()) socket_.send_packets(to, packet, &size, 1, &sent);
 }
 
 void QuicEndpoint::end_pending_handshake(QuicConnection *c) {

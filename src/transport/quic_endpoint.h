@@ -118,6 +118,7 @@ class QuicEndpoint {
   void accept_initial(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);
   void send_retry(const SocketAddress &to, const ngtcp2_pkt_hd &hd, uint64_t ts);
   void refuse_token(const SocketAddress &to, const ngtcp2_pkt_hd &hd);
+  void send_stateless(const SocketAddress &to, const uint8_t *packet, size_t size);
   bool flush();  // before-sleep hook: write dirty connections
   void flush_pending();
 
