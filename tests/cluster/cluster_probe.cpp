@@ -34,15 +34,18 @@
 //       --answer-retry: those connections come back with a valid token and
 //       then stall. With --move-after-retry, a connection's packets leave
 //       from another relay socket once it has its Retry (its token names the
-//       first one), and every answer reaches the clients. Prints what it has
+//       first one: its Initials that carry the token leave from another
+//       socket), and every answer reaches the clients. Prints what it has
 //       seen so far R seconds (1) after every connection's Initial went out,
 //       and at the end, after S seconds (6):
 //         FLOODING sent=N retried=R admitted=A
 //         DONE sent=N retried=R admitted=A
 //       N: connections whose Initial reached the seed; R: answered with a
 //       Retry; A: answered with the seed's own Initial (it keeps state).
-//       DONE adds refused_token=K: connections the seed closed with
-//       INVALID_TOKEN.
+//       DONE adds answered_retry=T, connections that came back with a token,
+//       and refused_token=K, connections the seed closed with INVALID_TOKEN.
+//       With --move-after-retry it ends as soon as K equals T (after the
+//       report).
 //
 //   nexar-cluster-probe impostor --seed ADDR --token T --rank R --target T2
 //                       --attack other-ca|claim-rank:N|none|die-after-welcome
@@ -593,7 +596,7 @@ int initial_flood(int argc, char **argv) {
     return 3;
   }
   loop.start();
-  std::unordered_set<std::string> sent, retried, admitted;
+  std::unordered_set<std::string> sent, retried, admitted, answered;
   std::vector<UdpSocket::Datagram> got;
   auto relay = [&] {
     pollfd fds[kBack + 1];
@@ -606,7 +609,13 @@ int initial_flood(int argc, char **argv) {
         const std::string scid = long_header_cid(d, off, len, false);
         if (scid.empty()) return;
         sent.insert(scid);
-        const size_t via = std::hash<std::string>{}(scid) + (move && retried.count(scid));
+        // An Initial with a token answers a Retry. (A client that had the
+        // seed's own Initial first ignores the Retry.)
+        ngtcp2_pkt_hd hd;
+        const bool token = ngtcp2_accept(&hd, d.data + off, len) == 0 &&
+                           hd.type == NGTCP2_PKT_INITIAL && hd.token.len > 0;
+        if (token) answered.insert(scid);
+        const size_t via = std::hash<std::string>{}(scid) + (move && token);
         size_t n = 0;
         back[via % kBack].send_packets(seed, d.data + off, &len, 1, &n);
       });
@@ -651,9 +660,14 @@ int initial_flood(int argc, char **argv) {
              admitted.size());
       said = true;
     }
+    // With --move-after-retry, done once every retried connection has its
+    // answer (a lost one is retransmitted, which takes longer under load).
+    if (move && said && !answered.empty() &&
+        h.refused_token.load() == static_cast<int>(answered.size()))
+      break;
   }
-  printf("DONE sent=%zu retried=%zu admitted=%zu refused_token=%d\n", sent.size(), retried.size(),
-         admitted.size(), h.refused_token.load());
+  printf("DONE sent=%zu retried=%zu admitted=%zu answered_retry=%zu refused_token=%d\n",
+         sent.size(), retried.size(), admitted.size(), answered.size(), h.refused_token.load());
   // Nothing more reaches the seed: its half-open connections time out.
   loop.run_sync([&] { ep.shutdown(error(NEXAR_ERR_CLOSED, "done")); });
   loop.stop();
