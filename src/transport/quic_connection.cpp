@@ -220,12 +220,11 @@ Status QuicConnection::init_server(const SocketAddress &remote, const ngtcp2_pkt
   ngtcp2_settings s;
   ngtcp2_transport_params p;
   fill_settings(&s, &p, now_ns());
-  p.original_dcid = hd.dcid;  // mandatory for a server
+  p.original_dcid = retried_odcid ? *retried_odcid : hd.dcid;  // mandatory for a server
   if (retried_odcid) {
     // The client proved its address with our Retry token: the transport
     // parameters must name both the DCID it first used and the Retry's
     // source CID (the DCID of this Initial), or the client refuses them.
-    p.original_dcid = *retried_odcid;
     p.retry_scid = hd.dcid;
     p.retry_scid_present = 1;
     s.token = hd.token;

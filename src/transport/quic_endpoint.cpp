@@ -246,7 +246,6 @@ void QuicEndpoint::refuse_token(const SocketAddress &to, const ngtcp2_pkt_hd &hd
   // RFC 9000 section 8.1.2: an invalid Retry token (expired, or minted for
   // another address) closes the attempt at once instead of leaving the client
   // to time out.
-  ++stats_.invalid_retry_tokens;
   LOG_DEBUG("refusing a connection from %s: its Retry token is invalid or expired",
             to.to_string().c_str());
   uint8_t packet[1280];

@@ -33,9 +33,9 @@ struct TransportStats {
   // already due (each an extra poll and loop pass; one re-armed before the
   // loop polls again cost nothing and is not counted).
   uint64_t socket_reads = 0, empty_socket_reads = 0, timers_fired_due = 0;
-  // Address validation: Retry packets sent, client Initials dropped because
-  // too many handshakes were in progress, Retry tokens that failed.
-  uint64_t retries_sent = 0, initials_dropped = 0, invalid_retry_tokens = 0;
+  // Address validation: Retry packets sent, and client Initials dropped
+  // because too many handshakes were in progress (both in the log lines).
+  uint64_t retries_sent = 0, initials_dropped = 0;
 };
 
 // Address validation (RFC 9000 section 8.1). A server connection costs a TLS
@@ -100,7 +100,6 @@ class QuicEndpoint {
   void transmit(const SocketAddress &to, const uint8_t *buf, const size_t *sizes, size_t n);
   TransportStats &stats() { return stats_; }
   size_t connections() const { return conns_.size(); }
-  size_t pending_handshakes() const { return pending_handshakes_; }
   bool has_unacked() const {
     for (const auto &c : conns_)
       if (c->has_unacked()) return true;
