@@ -40,6 +40,8 @@
 //       and at the end, after S seconds (6):
 //         FLOODING sent=N retried=R admitted=A
 //         DONE sent=N retried=R admitted=A
+//       It first prints the endpoint's bounds (QuicEndpoint::kRetryAbove and
+//       kMaxPendingHandshakes): "LIMITS retry_above=X max_pending=Y".
 //       N: connections whose Initial reached the seed; R: answered with a
 //       Retry; A: answered with the seed's own Initial (it keeps state).
 //       DONE adds answered_retry=T, connections that came back with a token,
@@ -596,6 +598,9 @@ int initial_flood(int argc, char **argv) {
     return 3;
   }
   loop.start();
+  // The endpoint's bounds, so that the tests need not copy them.
+  printf("LIMITS retry_above=%zu max_pending=%zu\n", QuicEndpoint::kRetryAbove,
+         QuicEndpoint::kMaxPendingHandshakes);
   std::unordered_set<std::string> sent, retried, admitted, answered;
   std::vector<UdpSocket::Datagram> got;
   auto relay = [&] {

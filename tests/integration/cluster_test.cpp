@@ -391,9 +391,14 @@ FloodedSeed flooded_seed(const TempDir &dir, std::vector<std::string> args,
   return f;
 }
 
-// QuicEndpoint::kRetryAbove and kMaxPendingHandshakes: the handshakes in
-// progress past which Initials get a Retry, and past which they are dropped.
-constexpr unsigned long kRetryAbove = 64, kMaxPendingHandshakes = 1024;
+// The handshakes in progress past which Initials get a Retry, and past which
+// they are dropped (QuicEndpoint's bounds, as the probe states them).
+struct EndpointLimits {
+  unsigned long retry_above = 0, max_pending = 0;
+};
+EndpointLimits endpoint_limits(const std::string &out) {
+  return {std::stoul("0" + field(out, "retry_above")), std::stoul("0" + field(out, "max_pending"))};
+}
 
 // Client Initials from addresses that never answer (as if forged) cost the
 // seed a connection only up to kRetryAbove handshakes in progress; the others
@@ -410,15 +415,18 @@ TEST(ClusterSecurity, ForgedInitialsGetRetryNotState) {
   EXPECT_TRUE(contains(f.seed->err(), "new clients prove their address")) << f.seed->dump();
   EXPECT_TRUE(contains(f.seed->err(), "proved its address with a Retry")) << f.seed->dump();
   ASSERT_TRUE(f.flood->wait(60)) << f.flood->dump();
+  const EndpointLimits limits = endpoint_limits(f.flood->out());
+  ASSERT_GT(limits.retry_above, 0u) << f.flood->dump();
+  ASSERT_LT(limits.retry_above, 600u - 100) << "the flood no longer passes the bound";
   // Admitted connections are counted as the flood reports, a second after
   // the last Initial went out: later, the first half-open ones time out and
   // their places are taken again (the bound is on handshakes at a time).
   const FloodCounts seen = flood_counts(f.flood->out(), "FLOODING ");
   EXPECT_GE(seen.admitted, 1u) << f.flood->dump();
-  EXPECT_LE(seen.admitted, kRetryAbove) << f.flood->dump();
+  EXPECT_LE(seen.admitted, limits.retry_above) << f.flood->dump();
   const FloodCounts done = flood_counts(f.flood->out(), "DONE ");
   EXPECT_EQ(done.sent, 600u) << f.flood->dump();
-  EXPECT_GE(done.retried, 600u - kRetryAbove) << f.flood->dump();
+  EXPECT_GE(done.retried, 600u - limits.retry_above) << f.flood->dump();
 }
 
 // A Retry token names the address it was sent to: a client that comes back
@@ -454,12 +462,24 @@ TEST(ClusterSecurity, StalledHandshakesAreCapped) {
   std::vector<std::unique_ptr<Proc>> workers;
   workers.push_back(worker(dir, "w0", {{"NEXAR_SEED", f.addr}, {"NEXAR_CLUSTER_TOKEN", kToken}}));
   expect_world(*f.seed, workers, 1);
-  EXPECT_TRUE(contains(f.seed->err(), "dropping new connections")) << f.seed->dump();
   ASSERT_TRUE(f.flood->wait(60)) << f.flood->dump();
+  const EndpointLimits limits = endpoint_limits(f.flood->out());
+  ASSERT_GT(limits.retry_above, 0u) << f.flood->dump();
+  ASSERT_LT(limits.max_pending, 1200u - 100) << "the flood no longer passes the bound";
+  // The seed started dropping exactly at the bound.
+  EXPECT_TRUE(contains(f.seed->err(), std::to_string(limits.max_pending) +
+                                          " handshakes are in progress on " + f.addr +
+                                          ": dropping new connections"))
+      << f.seed->dump();
   const FloodCounts seen = flood_counts(f.flood->out(), "FLOODING ");
   EXPECT_EQ(seen.sent, 1200u) << f.flood->dump();
-  EXPECT_GT(seen.admitted, kRetryAbove) << f.flood->dump();  // validated clients get in
-  EXPECT_LE(seen.admitted, kMaxPendingHandshakes) << f.flood->dump();
+  EXPECT_GT(seen.admitted, limits.retry_above) << f.flood->dump();  // validated clients get in
+  // Connections admitted so far, not at a time: this holds while the seed
+  // admits faster than the first half-open ones time out (about 6 s), as in
+  // the release and ASan builds. Under TSan it can fall short (1057 admitted
+  // in 7 s once, the bound never reached once in 13 runs), so scripts/test.sh
+  // leaves this test out there.
+  EXPECT_LE(seen.admitted, limits.max_pending) << f.flood->dump();
 }
 
 // A fake seed (a QUIC server on the join protocol without the token) never
