@@ -137,21 +137,25 @@ void combine(const Vec &v, uint8_t *dst, const uint8_t *other, size_t elems, boo
 
 // The fold into the power-of-two group. A rank that sits out sends its vector
 // and receives the result (returns done = true). An absorbing rank reduces
-// the vector of rank - 1 (lower) with its own into dst as it arrives; the
-// others copy sendbuf into recvbuf.
-Task<Status> fold_in(Coll &c, const sched::Fold &f, const Vec &v, bool *done) {
+// the vector of rank - 1 (lower) with its own into dst as it arrives. *held
+// says where this rank's vector for the rounds now is: dst for an absorbing
+// rank, src (the user's sendbuf, never written) for the others, so that an
+// algorithm whose first round reads the vector only once need not copy it
+// into dst first.
+Task<Status> fold_in(Coll &c, const sched::Fold &f, const Vec &v, const uint8_t **held,
+                     bool *done) {
   const uint32_t me = c.rank();
   *done = false;
+  *held = v.src;
   if (f.sits_out(me)) {
     Status s = co_await c.send(me + 1, step_id(kPhaseFoldIn, 0), v.src, v.bytes);
     if (!s) co_return s;
     *done = true;
     co_return co_await c.recv(me + 1, step_id(kPhaseFoldOut, 0), v.dst, v.bytes);
   }
-  if (f.absorbs(me))
-    co_return co_await c.recv_reduce(me - 1, step_id(kPhaseFoldIn, 0), v.dst, v.src, v.bytes);
-  copy_unless_same(v.dst, v.src, v.bytes);
-  co_return Status();
+  if (!f.absorbs(me)) co_return Status();
+  *held = v.dst;
+  co_return co_await c.recv_reduce(me - 1, step_id(kPhaseFoldIn, 0), v.dst, v.src, v.bytes);
 }
 
 Task<Status> fold_out(Coll &c, const sched::Fold &f, const Vec &v) {
@@ -165,8 +169,11 @@ Task<Status> recursive_doubling(Coll &c) {
   PooledBuf tmp;
   if (!f.sits_out(c.rank())) tmp = c.pool().checkout(static_cast<size_t>(v.bytes));
   bool done = false;
-  Status s = co_await fold_in(c, f, v, &done);
+  const uint8_t *held = nullptr;
+  Status s = co_await fold_in(c, f, v, &held, &done);
   if (!s || done) co_return s;
+  // Every round sends and combines into dst (small vectors: the copy is cheap).
+  copy_unless_same(v.dst, held, v.bytes);
   const uint32_t me_v = f.vrank(c.rank());
   uint32_t round = 0;
   for (uint32_t mask = 1; mask < f.pof2; mask <<= 1, ++round) {
@@ -210,7 +217,8 @@ Task<Status> halving_doubling(Coll &c) {
   const sched::ChunkLayout blocks(v.count, f.pof2);
   const uint32_t me = c.rank();
   bool done = false;
-  Status s = co_await fold_in(c, f, v, &done);
+  const uint8_t *held = nullptr;
+  Status s = co_await fold_in(c, f, v, &held, &done);
   if (!s || done) co_return s;
   const uint32_t me_v = f.vrank(me), rounds = sched::log2_floor(f.pof2);
   // Reduce-scatter by recursive halving: afterwards one block is complete.
@@ -221,11 +229,16 @@ Task<Status> halving_doubling(Coll &c) {
                  keep_len = blocks.range_length(h.keep_first, h.keep_end);
     const size_t give_off = blocks.offset(h.give_first),
                  give_len = blocks.range_length(h.give_first, h.give_end);
-    // The kept half is reduced in place as the partner's copy of it arrives,
-    // lower half's data first (as combine() does).
+    // The kept half is reduced into dst as the partner's copy of it arrives,
+    // lower half's data first (as combine() does). Round 0 reads this rank's
+    // vector where the fold left it (the sendbuf, unless this rank absorbed a
+    // neighbour): no copy of the whole vector into dst beforehand. Later
+    // rounds work inside round 0's kept half, already in dst.
+    const uint8_t *own = k == 0 ? held : v.dst;
     uint8_t *keep = v.dst + keep_off * v.esize;
-    s = co_await c.sendrecv_reduce(peer, v.dst + give_off * v.esize, give_len * v.esize, keep, keep,
-                                   keep_len * v.esize, step_id(kPhaseRounds, k), me_v < h.partner);
+    s = co_await c.sendrecv_reduce(peer, own + give_off * v.esize, give_len * v.esize, keep,
+                                   own + keep_off * v.esize, keep_len * v.esize,
+                                   step_id(kPhaseRounds, k), me_v < h.partner);
     if (!s) co_return s;
   }
   // Allgather by recursive doubling: the rounds backwards, each doubling the
