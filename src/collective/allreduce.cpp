@@ -137,16 +137,11 @@ void combine(const Vec &v, uint8_t *dst, const uint8_t *other, size_t elems, boo
 
 // The fold into the power-of-two group. A rank that sits out sends its vector
 // and receives the result (returns done = true). An absorbing rank reduces
-// the vector of rank - 1 (lower) with its own into dst as it arrives. *held
-// says where this rank's vector for the rounds now is: dst for an absorbing
-// rank, src (the user's sendbuf, never written) for the others, so that an
-// algorithm whose first round reads the vector only once need not copy it
-// into dst first.
-Task<Status> fold_in(Coll &c, const sched::Fold &f, const Vec &v, const uint8_t **held,
-                     bool *done) {
+// the vector of rank - 1 (lower) with its own into dst as it arrives; the
+// others leave their vector in sendbuf (see folded_vector).
+Task<Status> fold_in(Coll &c, const sched::Fold &f, const Vec &v, bool *done) {
   const uint32_t me = c.rank();
   *done = false;
-  *held = v.src;
   if (f.sits_out(me)) {
     Status s = co_await c.send(me + 1, step_id(kPhaseFoldIn, 0), v.src, v.bytes);
     if (!s) co_return s;
@@ -154,8 +149,14 @@ Task<Status> fold_in(Coll &c, const sched::Fold &f, const Vec &v, const uint8_t 
     co_return co_await c.recv(me + 1, step_id(kPhaseFoldOut, 0), v.dst, v.bytes);
   }
   if (!f.absorbs(me)) co_return Status();
-  *held = v.dst;
   co_return co_await c.recv_reduce(me - 1, step_id(kPhaseFoldIn, 0), v.dst, v.src, v.bytes);
+}
+
+// Where this rank's vector is after fold_in: dst for a rank that absorbed its
+// neighbour, else still the user's sendbuf (never written), so that an
+// algorithm whose first round reads it only once need not copy it into dst.
+const uint8_t *folded_vector(const Coll &c, const sched::Fold &f, const Vec &v) {
+  return f.absorbs(c.rank()) ? v.dst : v.src;
 }
 
 Task<Status> fold_out(Coll &c, const sched::Fold &f, const Vec &v) {
@@ -169,11 +170,10 @@ Task<Status> recursive_doubling(Coll &c) {
   PooledBuf tmp;
   if (!f.sits_out(c.rank())) tmp = c.pool().checkout(static_cast<size_t>(v.bytes));
   bool done = false;
-  const uint8_t *held = nullptr;
-  Status s = co_await fold_in(c, f, v, &held, &done);
+  Status s = co_await fold_in(c, f, v, &done);
   if (!s || done) co_return s;
   // Every round sends and combines into dst (small vectors: the copy is cheap).
-  copy_unless_same(v.dst, held, v.bytes);
+  copy_unless_same(v.dst, folded_vector(c, f, v), v.bytes);
   const uint32_t me_v = f.vrank(c.rank());
   uint32_t round = 0;
   for (uint32_t mask = 1; mask < f.pof2; mask <<= 1, ++round) {
@@ -217,8 +217,7 @@ Task<Status> halving_doubling(Coll &c) {
   const sched::ChunkLayout blocks(v.count, f.pof2);
   const uint32_t me = c.rank();
   bool done = false;
-  const uint8_t *held = nullptr;
-  Status s = co_await fold_in(c, f, v, &held, &done);
+  Status s = co_await fold_in(c, f, v, &done);
   if (!s || done) co_return s;
   const uint32_t me_v = f.vrank(me), rounds = sched::log2_floor(f.pof2);
   // Reduce-scatter by recursive halving: afterwards one block is complete.
@@ -234,7 +233,7 @@ Task<Status> halving_doubling(Coll &c) {
     // vector where the fold left it (the sendbuf, unless this rank absorbed a
     // neighbour): no copy of the whole vector into dst beforehand. Later
     // rounds work inside round 0's kept half, already in dst.
-    const uint8_t *own = k == 0 ? held : v.dst;
+    const uint8_t *own = k == 0 ? folded_vector(c, f, v) : v.dst;
     uint8_t *keep = v.dst + keep_off * v.esize;
     s = co_await c.sendrecv_reduce(peer, own + give_off * v.esize, give_len * v.esize, keep,
                                    own + keep_off * v.esize, keep_len * v.esize,
