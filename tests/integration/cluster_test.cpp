@@ -364,16 +364,22 @@ TEST(ClusterSecurity, SilentConnectionsDoNotTurnWorkersAway) {
   ASSERT_TRUE(silent.wait(90)) << silent.dump();
 }
 
-// The counts the flood probe printed on the line that starts with `line`.
+// The number after "key=" in text; 0 when it is missing.
+unsigned long count_field(const std::string &text, const std::string &key) {
+  return std::stoul("0" + field(text, key));
+}
+
+// The counts the flood probe printed on the line that starts with `line`
+// (answered_retry and refused_token only on its DONE line).
 struct FloodCounts {
-  unsigned long sent = 0, retried = 0, admitted = 0;
+  unsigned long sent = 0, retried = 0, admitted = 0, answered_retry = 0, refused_token = 0;
 };
 FloodCounts flood_counts(const std::string &out, const std::string &line) {
   const size_t at = out.find(line);
   if (at == std::string::npos) return {};
   const std::string l = out.substr(at, out.find('\n', at) - at);
-  return {std::stoul("0" + field(l, "sent")), std::stoul("0" + field(l, "retried")),
-          std::stoul("0" + field(l, "admitted"))};
+  return {count_field(l, "sent"), count_field(l, "retried"), count_field(l, "admitted"),
+          count_field(l, "answered_retry"), count_field(l, "refused_token")};
 }
 
 // A seed for a world of one, and the flood probe aimed at it with `args`.
@@ -397,7 +403,7 @@ struct EndpointLimits {
   unsigned long retry_above = 0, max_pending = 0;
 };
 EndpointLimits endpoint_limits(const std::string &out) {
-  return {std::stoul("0" + field(out, "retry_above")), std::stoul("0" + field(out, "max_pending"))};
+  return {count_field(out, "retry_above"), count_field(out, "max_pending")};
 }
 
 // Client Initials from addresses that never answer (as if forged) cost the
@@ -444,9 +450,8 @@ TEST(ClusterSecurity, RetryTokenFromAnotherAddressIsRefused) {
   EXPECT_GE(done.retried, 100u) << f.flood->dump();
   // Every client that came back with its token (one that had the seed's own
   // Initial before the Retry ignores it) was refused.
-  const std::string last = out.substr(out.find("DONE "));
-  EXPECT_GE(std::stoul("0" + field(last, "answered_retry")), 100u) << f.flood->dump();
-  EXPECT_EQ(field(last, "refused_token"), field(last, "answered_retry")) << f.flood->dump();
+  EXPECT_GE(done.answered_retry, 100u) << f.flood->dump();
+  EXPECT_EQ(done.refused_token, done.answered_retry) << f.flood->dump();
   f.seed->kill_now();
 }
 
@@ -464,6 +469,7 @@ TEST(ClusterSecurity, StalledHandshakesAreCapped) {
   expect_world(*f.seed, workers, 1);
   ASSERT_TRUE(f.flood->wait(60)) << f.flood->dump();
   const EndpointLimits limits = endpoint_limits(f.flood->out());
+  ASSERT_GT(limits.max_pending, limits.retry_above) << f.flood->dump();
   ASSERT_GT(limits.retry_above, 0u) << f.flood->dump();
   ASSERT_LT(limits.max_pending, 1200u - 100) << "the flood no longer passes the bound";
   // The seed started dropping exactly at the bound.
@@ -477,7 +483,7 @@ TEST(ClusterSecurity, StalledHandshakesAreCapped) {
   // Connections admitted so far, not at a time: this holds while the seed
   // admits faster than the first half-open ones time out (about 6 s), as in
   // the release and ASan builds. Under TSan it can fall short (1057 admitted
-  // in 7 s once, the bound never reached once in 13 runs), so scripts/test.sh
+  // in 7 s once, the bound never reached once; 3 of 27 runs failed), so scripts/test.sh
   // leaves this test out there.
   EXPECT_LE(seen.admitted, limits.max_pending) << f.flood->dump();
 }
