@@ -101,6 +101,7 @@ void QuicConnection::fill_callbacks(ngtcp2_callbacks *cb) {
   cb->get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
   cb->version_negotiation = ngtcp2_crypto_version_negotiation_cb;
   cb->handshake_completed = cb_handshake_completed;
+  cb->handshake_confirmed = cb_handshake_confirmed;
   cb->recv_stream_data = cb_recv_stream_data;
   cb->acked_stream_data_offset = cb_acked_stream_data_offset;
   cb->extend_max_stream_data = cb_extend_max_stream_data;
@@ -247,9 +248,17 @@ Status QuicConnection::init_server(const SocketAddress &remote, const ngtcp2_pkt
 
 // ---- callbacks ----------------------------------------------------------------
 
+int QuicConnection::cb_handshake_confirmed(ngtcp2_conn *, void *ud) {
+  static_cast<QuicConnection *>(ud)->handshake_confirmed_ = true;
+  return 0;
+}
+
 int QuicConnection::cb_handshake_completed(ngtcp2_conn *, void *ud) {
   auto *self = static_cast<QuicConnection *>(ud);
   self->ep_->end_pending_handshake(self);
+  // A server's handshake is confirmed when it completes (RFC 9001 section
+  // 4.1.2); ngtcp2 tells only clients.
+  if (!self->is_client_) self->handshake_confirmed_ = true;
   if (!self->ep_->policy().mutual) {
     // A join connection: the handler authenticates the peer (cluster token).
     self->identity_checked_ = true;
@@ -858,7 +867,7 @@ bool QuicConnection::write() {
   if (ngtcp2_conn_is_in_closing_period(conn_) || ngtcp2_conn_is_in_draining_period(conn_))
     return false;
   const uint64_t ts = now_ns();
-  const size_t max_pkt = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_);
+  const size_t max_pkt = datagram_size();
   size_t burst = ngtcp2_conn_get_send_quantum(conn_) / max_pkt;
   const size_t max_burst = std::clamp<size_t>(kMaxBurstBytes / max_pkt, 1, kMaxBurstPackets);
   burst = std::clamp<size_t>(burst, 1, max_burst);
@@ -921,6 +930,19 @@ bool QuicConnection::write() {
   }
   arm_timer();
   return hit_limit;
+}
+
+size_t QuicConnection::datagram_size() const {
+  const size_t path = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_);
+  // ngtcp2 pads a datagram that carries an Initial to the whole size it is
+  // given. On loopback's 65000-byte datagrams every handshake datagram was
+  // that large: a half-open server connection then held about 150 KB in
+  // ngtcp2, and a socket buffer only a few hundred Initials. The handshake
+  // fits in link-sized datagrams. A client may still acknowledge the server's Initial once its
+  // handshake completed (then its Initial keys go): confirmation, one round
+  // trip later, is when no Initial can follow.
+  if (handshake_confirmed_) return path;
+  return std::min(path, QuicEndpoint::link_udp_payload(remote_));
 }
 
 void QuicConnection::arm_timer() {
@@ -987,9 +1009,8 @@ void QuicConnection::close(uint64_t app_error, const Status &why) {
     ngtcp2_pkt_info pi{};
     uint8_t *buf = ep_->tx_buffer();
     const PacketCipher::Scope cipher(&cipher_);
-    ngtcp2_ssize n = ngtcp2_conn_write_connection_close(
-        conn_, nullptr, &pi, buf, ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_), &ccerr,
-        now_ns());
+    ngtcp2_ssize n = ngtcp2_conn_write_connection_close(conn_, nullptr, &pi, buf, datagram_size(),
+                                                        &ccerr, now_ns());
     if (n > 0) {
       size_t sz = static_cast<size_t>(n);
       ep_->transmit(remote_, buf, &sz, 1);

@@ -262,12 +262,16 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   // What close() and drop() share: fails everything queued, tells the handler.
   void end(const Status &why);
   void arm_timer();
+  // The datagram size to write: the path's, or a link's until the handshake
+  // is confirmed.
+  size_t datagram_size() const;
   // ngtcp2_conn_handle_expiry and its failures; false once the connection failed.
   bool handle_expiry(uint64_t now);
   void finish_items(SendStream &st, const Status &s);
 
   // ngtcp2 callbacks
   static int cb_handshake_completed(ngtcp2_conn *, void *ud);
+  static int cb_handshake_confirmed(ngtcp2_conn *, void *ud);
   static int cb_recv_stream_data(ngtcp2_conn *, uint32_t flags, int64_t sid, uint64_t off,
                                  const uint8_t *data, size_t len, void *ud, void *sud);
   static int cb_acked_stream_data_offset(ngtcp2_conn *, int64_t sid, uint64_t off, uint64_t len,
@@ -312,7 +316,8 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   bool streams_open_ = false;
   bool identity_checked_ = false;
   bool handshake_pending_ = false;
-  std::vector<ngtcp2_cid> scids_;  // routed to us by the endpoint
+  bool handshake_confirmed_ = false;  // no Initial can be sent any more: see datagram_size()
+  std::vector<ngtcp2_cid> scids_;     // routed to us by the endpoint
   // The send streams, one lane each: control, then the ones pick_stream()
   // serves round robin: data (by key), RPC requests, RPC responses, relay
   // (keyed by origin and destination, so each flow keeps its order).

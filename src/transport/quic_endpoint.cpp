@@ -73,6 +73,10 @@ size_t QuicEndpoint::max_udp_payload(const SocketAddress &remote) const {
   // Loopback carries 64 KB datagrams (the biggest single lever measured);
   // real links get a payload that fits a 1500-byte MTU without fragmenting.
   if (remote.is_loopback()) return 65000;
+  return link_udp_payload(remote);
+}
+
+size_t QuicEndpoint::link_udp_payload(const SocketAddress &remote) {
   return remote.family() == AF_INET6 ? 1452 : 1472;
 }
 

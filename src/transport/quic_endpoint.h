@@ -84,6 +84,8 @@ class QuicEndpoint {
   uint64_t connect_timeout_ns() const { return connect_timeout_ns_; }
   uint64_t keep_alive_ns() const { return keep_alive_ns_; }
   size_t max_udp_payload(const SocketAddress &remote) const;
+  // A payload that fits a 1500-byte MTU without fragmenting.
+  static size_t link_udp_payload(const SocketAddress &remote);
   // By the socket's receive buffer (congestion_control.h).
   ngtcp2_cc_algo congestion_control() const {
     return congestion_control_for(socket_.receive_buffer());

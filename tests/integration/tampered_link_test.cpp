@@ -13,6 +13,8 @@
 // A third loses some of rank 1's large datagrams: what QUIC resends is sealed
 // from the sender's buffer again (PacketCipher::Source), found by its stream
 // offset, and the receive still ends exact.
+// A fourth only watches: the handshake's Initials travel in link-sized
+// datagrams, while bulk data uses loopback's large ones.
 #include <poll.h>
 
 #include <atomic>
@@ -31,6 +33,7 @@ enum class Damage {
   LargeOneRttToRank0,      // rank 1's 1-RTT datagrams of kLarge bytes or more
   Everything,              // every datagram both ways, Initial and Handshake too
   LoseLargeOneRttToRank0,  // not damaged: one in kLoseEvery of those is not sent
+  None,                    // every datagram passes untouched
 };
 constexpr uint64_t kLoseEvery = 6;
 
@@ -56,6 +59,12 @@ class TamperingRelay {
   uint64_t damaged() const { return damaged_; }
   uint64_t damaged_long_header() const { return damaged_long_header_; }
   uint64_t lost() const { return lost_; }
+  // The largest datagram that began with an Initial packet, and the largest
+  // that began with a 1-RTT packet, each way.
+  size_t largest_initial_to_rank0() const { return largest_initial_[0]; }
+  size_t largest_initial_to_rank1() const { return largest_initial_[1]; }
+  size_t largest_one_rtt_to_rank0() const { return largest_one_rtt_[0]; }
+  size_t largest_one_rtt_to_rank1() const { return largest_one_rtt_[1]; }
 
  private:
   void run() {
@@ -71,6 +80,7 @@ class TamperingRelay {
                                    reinterpret_cast<sockaddr *>(&client), &len);
         if (n <= 0) continue;
         have_client = true;
+        watch(buf.data(), static_cast<size_t>(n), 0);
         // By default only 1-RTT packets (short header): the handshake's are
         // not opened in place.
         const bool short_header = (buf[0] & 0x80) == 0;
@@ -83,16 +93,28 @@ class TamperingRelay {
           forward(buf.data(), static_cast<size_t>(n), false, back_, server_);
           continue;
         }
-        forward(buf.data(), static_cast<size_t>(n), damage_ == Damage::Everything || large, back_,
-                server_);
+        const bool damage =
+            damage_ == Damage::Everything || (damage_ == Damage::LargeOneRttToRank0 && large);
+        forward(buf.data(), static_cast<size_t>(n), damage, back_, server_);
       }
       if (fds[1].revents & POLLIN) {  // rank 0's answers
         const ssize_t n = recv(back_, buf.data(), buf.size(), 0);
+        if (n > 0) watch(buf.data(), static_cast<size_t>(n), 1);
         if (n > 0 && have_client)
           forward(buf.data(), static_cast<size_t>(n), damage_ == Damage::Everything, front_,
                   client);
       }
     }
+  }
+  // Coalesced packets start with the Initial, if there is one (RFC 9000
+  // section 12.2); its type is in bits 4-5 of a long header (QUIC v1).
+  void watch(const uint8_t *p, size_t n, int to_rank) {
+    std::atomic<size_t> *largest = &largest_one_rtt_[to_rank];
+    if (p[0] & 0x80) {
+      if (((p[0] & 0x30) >> 4) != 0) return;  // a Handshake, 0-RTT or Retry packet first
+      largest = &largest_initial_[to_rank];
+    }
+    if (n > *largest) *largest = n;
   }
   void forward(const uint8_t *p, size_t n, bool damage, int fd, const sockaddr_in &to) {
     const auto send = [&](const uint8_t *d) {
@@ -115,6 +137,7 @@ class TamperingRelay {
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> damaged_{0}, damaged_long_header_{0}, lost_{0};
+  std::atomic<size_t> largest_initial_[2] = {0, 0}, largest_one_rtt_[2] = {0, 0};
   uint64_t large_seen_ = 0;  // relay thread only
   std::thread thread_;
 };
@@ -196,4 +219,28 @@ TEST(TamperedLink, LostPacketsAreResentFromTheSendersBuffer) {
               static_cast<unsigned long long>(sealed), n);
   if (fast_aead_in_use())
     EXPECT_GT(sealed, n) << "the resent data was not sealed from the sender's buffer";
+}
+
+// ngtcp2 pads a datagram that carries an Initial to the whole size it may
+// write, and loopback allows 65000 bytes: each handshake datagram was 65000
+// bytes both ways. They now fit a link; the data after the handshake still
+// travels in loopback's large datagrams.
+TEST(TamperedLink, HandshakeDatagramsFitALinkBulkDataDoesNot) {
+  RelayedPair pair(Damage::None);
+  ASSERT_NO_FATAL_FAILURE(pair.join());
+  // Rank 1 is the client of the connection, rank 0 the server.
+  for (uint32_t from : {1u, 0u}) {
+    const std::vector<uint8_t> out = pattern(1 << 20, 11 + from);
+    std::vector<uint8_t> in;
+    send_to_posted_receive(pair.comm, from, out, &in, 4, 120);
+    EXPECT_TRUE(in == out) << "from rank " << from;
+  }
+  const TamperingRelay &relay = pair.relay;
+  // A client pads its Initials to 1200 bytes at least (RFC 9000 section 14.1).
+  EXPECT_GE(relay.largest_initial_to_rank0(), 1200u) << "no client Initial crossed the relay";
+  EXPECT_LE(relay.largest_initial_to_rank0(), 1472u);
+  EXPECT_GT(relay.largest_initial_to_rank1(), 0u) << "no server Initial crossed the relay";
+  EXPECT_LE(relay.largest_initial_to_rank1(), 1472u);
+  EXPECT_GT(relay.largest_one_rtt_to_rank0(), 16384u) << "the client's bulk data is link-sized";
+  EXPECT_GT(relay.largest_one_rtt_to_rank1(), 16384u) << "the server's bulk data is link-sized";
 }
