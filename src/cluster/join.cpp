@@ -344,7 +344,7 @@ void SeedClient::on_control(QuicConnection *c, std::span<const uint8_t> message)
           stage_ = Stage::Welcomed;
           cv_.notify_all();
         } else if constexpr (std::is_same_v<T, wire::JoinError>) {
-          const nexar_status_t code = m.status < 0 ? m.status : NEXAR_ERR_PROTOCOL;
+          const nexar_status_t code = is_known_error(m.status) ? m.status : NEXAR_ERR_PROTOCOL;
           // A seed's reason can list many ranks: whole, but on one line.
           std::string msg = log::one_line(m.reason, wire::kMaxStringLen);
           if (st != Stage::Welcomed && code != NEXAR_ERR_PEER_FAILED && code != NEXAR_ERR_TIMEOUT)

@@ -281,8 +281,16 @@ void Seed::on_control(QuicConnection *c, std::span<const uint8_t> message) {
           if (m->state == Member::State::Welcomed) {
             // Its mesh could not form (typically: another rank is gone).
             m->state = Member::State::Reported;
-            const nexar_status_t code = msg.status < 0 ? msg.status : NEXAR_ERR_PROTOCOL;
-            fail_formation(code, msg.failed_rank,
+            // Relayed to every rank and to the seed's owner: only a status
+            // of nexar.h and a rank of this world, whatever it sent.
+            const nexar_status_t code =
+                is_known_error(msg.status) ? msg.status : NEXAR_ERR_PROTOCOL;
+            const bool in_world =
+                msg.failed_rank >= 0 && static_cast<uint32_t>(msg.failed_rank) < cfg_.world_size;
+            if (code != msg.status || (!in_world && msg.failed_rank != -1))
+              LOG_WARN("rank %u reported status %d for rank %d: relayed as %d for rank %d", m->rank,
+                       msg.status, msg.failed_rank, code, in_world ? msg.failed_rank : -1);
+            fail_formation(code, in_world ? msg.failed_rank : -1,
                            format("rank %u could not form its mesh: %s", m->rank,
                                   log::one_line(msg.reason).c_str()));
             return;

@@ -30,4 +30,10 @@ inline Status error(nexar_status_t code, std::string msg, int32_t rank = -1) {
   return Status(code, std::move(msg), rank);
 }
 
+// Whether a status a peer sent is one of nexar.h's failures: anything else
+// is the peer's protocol error, never handed to a caller as it is.
+inline bool is_known_error(int32_t code) {
+  return code < 0 && code >= NEXAR_ERR_RPC_FAILED;
+}
+
 }  // namespace nexar

@@ -16,11 +16,6 @@ namespace {
 // front from a declared length, the rest only as bytes actually arrive.
 constexpr uint64_t kReserveCap = 64ull << 20;
 
-// Statuses a response may carry; anything else is a peer's protocol error.
-bool known_status(int32_t code) {
-  return code < 0 && code >= NEXAR_ERR_RPC_FAILED;
-}
-
 unsigned long long ull(uint64_t v) {
   return static_cast<unsigned long long>(v);
 }
@@ -163,7 +158,7 @@ class ResponseSink : public MessageSink {
       w->fail_with(NEXAR_ERR_PEER_FAILED, "the connection was lost while the response arrived");
     } else if (code == NEXAR_OK) {
       w->finish(Status());
-    } else if (!known_status(code)) {
+    } else if (!is_known_error(code)) {
       LOG_WARN("rpc: rank %u answered request %llu with unknown status %d", from_, ull(h_.tag),
                code);
       w->fail_with(NEXAR_ERR_PROTOCOL, format("the response carries unknown status %d", code));

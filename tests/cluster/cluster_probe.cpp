@@ -50,13 +50,17 @@
 //       report).
 //
 //   nexar-cluster-probe impostor --seed ADDR --token T --rank R --target T2
-//                       --attack other-ca|claim-rank:N|none|die-after-welcome
+//                       --attack other-ca|claim-rank:N|none|die-after-welcome|
+//                                report-failure:STATUS:RANK
 //                       [--done-file F]
 //       Joins the cluster honestly as rank R and forms its mesh, then attacks
 //       rank T2's mesh listener: "other-ca" presents a certificate for rank R
 //       of the same cluster signed by a CA of its own; "claim-rank:N" presents
 //       its valid certificate for rank R but says it is rank N;
-//       "die-after-welcome" exits abruptly once it has its rank. Prints
+//       "die-after-welcome" exits abruptly once it has its rank;
+//       "report-failure:STATUS:RANK" tells the seed, once it has its rank,
+//       that its mesh failed with that status because of that rank (any
+//       numbers), prints "PROBE_REPORTED" and exits. Prints
 //         ATTACK <name> ACCEPTED | ATTACK <name> REFUSED <why>
 //       then creates F and stays in the world until killed.
 #include <fcntl.h>
@@ -330,6 +334,13 @@ int impostor(int argc, char **argv) {
     printf("PROBE_DYING rank=%u\n", t.rank);
     fflush(stdout);
     _exit(9);
+  }
+  int32_t status = 0, blamed = 0;
+  if (sscanf(what.c_str(), "report-failure:%d:%d", &status, &blamed) == 2) {
+    client.report_error(error(status, "the probe says its mesh failed", blamed));
+    client.close();
+    printf("PROBE_REPORTED rank=%u\n", t.rank);
+    return 0;
   }
   auto engine =
       std::make_shared<Engine>(Engine::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
