@@ -285,12 +285,14 @@ void Seed::on_control(QuicConnection *c, std::span<const uint8_t> message) {
             // of nexar.h and a rank of this world, whatever it sent.
             const nexar_status_t code =
                 is_known_error(msg.status) ? msg.status : NEXAR_ERR_PROTOCOL;
-            const bool in_world =
-                msg.failed_rank >= 0 && static_cast<uint32_t>(msg.failed_rank) < cfg_.world_size;
-            if (code != msg.status || (!in_world && msg.failed_rank != -1))
+            const int32_t blamed =
+                msg.failed_rank >= 0 && static_cast<uint32_t>(msg.failed_rank) < cfg_.world_size
+                    ? msg.failed_rank
+                    : -1;
+            if (code != msg.status || blamed != msg.failed_rank)
               LOG_WARN("rank %u reported status %d for rank %d: relayed as %d for rank %d", m->rank,
-                       msg.status, msg.failed_rank, code, in_world ? msg.failed_rank : -1);
-            fail_formation(code, in_world ? msg.failed_rank : -1,
+                       msg.status, msg.failed_rank, code, blamed);
+            fail_formation(code, blamed,
                            format("rank %u could not form its mesh: %s", m->rank,
                                   log::one_line(msg.reason).c_str()));
             return;

@@ -32,6 +32,8 @@ inline Status error(nexar_status_t code, std::string msg, int32_t rank = -1) {
 
 // Whether a status a peer sent is one of nexar.h's failures: anything else
 // is the peer's protocol error, never handed to a caller as it is.
+// NEXAR_ERR_RPC_FAILED is the last code nexar.h defines (nexar_status_str
+// names the same range): a new code moves this bound.
 inline bool is_known_error(int32_t code) {
   return code < 0 && code >= NEXAR_ERR_RPC_FAILED;
 }

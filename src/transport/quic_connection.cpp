@@ -938,9 +938,10 @@ size_t QuicConnection::datagram_size() const {
   // given. On loopback's 65000-byte datagrams every handshake datagram was
   // that large: a half-open server connection then held about 150 KB in
   // ngtcp2, and a socket buffer only a few hundred Initials. The handshake
-  // fits in link-sized datagrams. A client may still acknowledge the server's Initial once its
-  // handshake completed (then its Initial keys go): confirmation, one round
-  // trip later, is when no Initial can follow.
+  // fits in link-sized datagrams. Completion is not the end of it: a client's
+  // first datagram after it still acknowledges the server's Initial.
+  // Confirmation (HANDSHAKE_DONE for a client, completion for a server) is
+  // when no Initial can follow.
   if (handshake_confirmed_) return path;
   return std::min(path, QuicEndpoint::link_udp_payload(remote_));
 }
