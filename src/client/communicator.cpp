@@ -86,7 +86,8 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
           spawn(body(raw), [this, raw, done, user_data, slot](Status s) {
             deliver(raw, std::move(s), done, user_data, slot);
           });
-        });
+        },
+        /*wake=*/!slot);
     if (!posted && collective) --next_coll_seq_;
   }
   if (!posted) {
@@ -94,7 +95,12 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
     return error(NEXAR_ERR_CLOSED, format("%s: the engine has stopped", name));
   }
   if (!slot) return {};
-  Status s = slot->wait(engine_->config().spin_us);
+  // A blocking caller would only sleep while the loop thread wakes up to run
+  // its command: run it here if that thread is asleep.
+  EventLoop &loop = engine_->loop();
+  const uint64_t loop_due_ns = loop.run_here_or_wake();
+  Status s = slot->wait(engine_->config().spin_us, loop_due_ns, [&loop] { loop.wake(); });
+  if (loop_due_ns != UINT64_MAX) loop.wake_if_timers_unseen();
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "core/host.h"
 #include "core/status.h"
@@ -71,8 +72,8 @@ int level() {
 void set_level(int lvl) {
   level_ref().store(lvl, std::memory_order_relaxed);
 }
-void set_thread_rank(int32_t rank) {
-  t_rank = rank;
+int32_t set_thread_rank(int32_t rank) {
+  return std::exchange(t_rank, rank);
 }
 
 bool set_sink(nexar_log_fn fn, void *user_data) {

@@ -18,8 +18,8 @@ inline bool enabled(int lvl) {
   return lvl <= level();
 }
 
-// The rank shown in this thread's log lines (-1 = none).
-void set_thread_rank(int32_t rank);
+// The rank shown in this thread's log lines (-1 = none); returns the last.
+int32_t set_thread_rank(int32_t rank);
 
 void write(int lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -8,6 +8,8 @@
 
 #include <chrono>
 
+#include "core/clock.h"
+
 namespace nexar {
 namespace {
 thread_local int t_callback_depth = 0;
@@ -29,7 +31,8 @@ void BlockingSlot::complete(Status s) {
     syscall(SYS_futex, futex_word(state_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
-Status BlockingSlot::wait(uint32_t spin_us) {
+Status BlockingSlot::wait(uint32_t spin_us, uint64_t nudge_at_ns,
+                          const std::function<void()> &nudge) {
   if (spin_us) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
     while (!done() && std::chrono::steady_clock::now() < until)
@@ -37,10 +40,23 @@ Status BlockingSlot::wait(uint32_t spin_us) {
   }
   uint32_t seen = kPending;
   if (state_.compare_exchange_strong(seen, kSleeping, std::memory_order_acq_rel)) seen = kSleeping;
-  // Sleeps while the word still says kSleeping; a wake-up, a signal or a
-  // spurious return all come back here to look again.
+  // Sleeps while the word still says kSleeping; a wake-up, a signal, a
+  // spurious return or the nudge time all come back here to look again.
   while (seen != kDone) {
-    syscall(SYS_futex, futex_word(state_), FUTEX_WAIT_PRIVATE, kSleeping, nullptr, nullptr, 0);
+    timespec rel;
+    const timespec *timeout = nullptr;
+    if (nudge_at_ns != UINT64_MAX) {
+      const uint64_t now = now_ns();
+      if (now >= nudge_at_ns) {
+        nudge_at_ns = UINT64_MAX;
+        if (nudge) nudge();
+        continue;
+      }
+      rel.tv_sec = static_cast<time_t>((nudge_at_ns - now) / 1000000000ull);
+      rel.tv_nsec = static_cast<long>((nudge_at_ns - now) % 1000000000ull);
+      timeout = &rel;
+    }
+    syscall(SYS_futex, futex_word(state_), FUTEX_WAIT_PRIVATE, kSleeping, timeout, nullptr, 0);
     seen = state_.load(std::memory_order_acquire);
   }
   return status;

@@ -31,7 +31,11 @@ struct BlockingSlot {
   void complete(Status s);
   // Polls for up to spin_us (NEXAR_SPIN_US) before sleeping: a sleeping
   // caller costs a wake-up on the critical path of every blocking call.
-  Status wait(uint32_t spin_us);
+  // If not done by nudge_at_ns (now_ns() clock), calls nudge() once and
+  // sleeps on: the caller ran its command on the loop's side while the loop
+  // thread slept, and the loop thread must then look at the timers it armed.
+  Status wait(uint32_t spin_us, uint64_t nudge_at_ns = UINT64_MAX,
+              const std::function<void()> &nudge = {});
   bool done() const { return state_.load(std::memory_order_acquire) == kDone; }
 
  private:

@@ -8,6 +8,10 @@
 #include "core/log.h"
 
 namespace nexar {
+namespace {
+// The loop whose commands this (non-loop) thread is running now.
+thread_local const EventLoop *t_caller_run_loop = nullptr;
+}  // namespace
 
 EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
   loop_ = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
@@ -18,6 +22,8 @@ EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
   prepare_.data = this;
   ev_prepare_start(loop_, &prepare_);
   ev_idle_init(&idle_, &EventLoop::on_idle);
+  ev_set_userdata(loop_, this);
+  ev_set_loop_release_cb(loop_, &EventLoop::release_loop, &EventLoop::acquire_loop);
 }
 
 EventLoop::~EventLoop() {
@@ -40,6 +46,7 @@ void EventLoop::start() {
       ready = true;
       cv.notify_one();
     }
+    std::lock_guard<std::mutex> side(loop_mu_);  // released only inside epoll_wait
     ev_run(loop_, 0);
     drain_commands();  // commands posted during shutdown still run
     run_ready();
@@ -63,16 +70,75 @@ void EventLoop::stop() {
   }
 }
 
-bool EventLoop::post(Command fn) {
+bool EventLoop::on_loop_thread() const {
+  return std::this_thread::get_id() == thread_id_ || t_caller_run_loop == this;
+}
+
+bool EventLoop::post(Command fn, bool wake) {
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stopping_) return false;
     commands_.push_back(std::move(fn));
   }
+  if (wake) wake_unless_spinning();
+  return true;
+}
+
+void EventLoop::wake_unless_spinning() {
   // A spinning loop drains the queue on its next pass; it clears spinning_
   // before its last look at the queue, so a command is never stranded.
-  if (!spinning_.load()) ev_async_send(loop_, &wake_);
-  return true;
+  if (!spinning_.load()) wake();
+}
+
+uint64_t EventLoop::run_here_or_wake() {
+  // A loop thread that spins (NEXAR_SPIN_US) or is awake picks the command
+  // up itself.
+  if (spin_ns_ || !loop_mu_.try_lock()) {
+    wake_unless_spinning();
+    return UINT64_MAX;
+  }
+  std::unique_lock<std::mutex> side(loop_mu_, std::adopt_lock);
+  // Not started, or stopped: the loop thread must see the queue itself.
+  if (!in_poll_) {
+    side.unlock();
+    wake();
+    return UINT64_MAX;
+  }
+  caller_run_ = true;
+  caller_run_needs_wake_ = false;
+  caller_run_due_ns_ = UINT64_MAX;
+  t_caller_run_loop = this;
+  const int32_t caller_log_rank = log::set_thread_rank(rank_);
+  // Timers armed here count from libev's clock, last read before the sleep.
+  ev_now_update(loop_);
+  drain_commands();
+  const bool work_left = run_pass();
+  log::set_thread_rank(caller_log_rank);
+  t_caller_run_loop = nullptr;
+  caller_run_ = false;
+  const bool wake_now = work_left || caller_run_needs_wake_;
+  const uint64_t due = caller_run_due_ns_;
+  if (!wake_now && due != UINT64_MAX) timers_unseen_.store(true, std::memory_order_release);
+  side.unlock();
+  if (wake_now) {
+    wake();
+    return UINT64_MAX;
+  }
+  return due;
+}
+
+void EventLoop::release_loop(struct ev_loop *loop) noexcept {
+  auto *self = static_cast<EventLoop *>(ev_userdata(loop));
+  self->in_poll_ = true;
+  self->loop_mu_.unlock();
+}
+
+void EventLoop::acquire_loop(struct ev_loop *loop) noexcept {
+  auto *self = static_cast<EventLoop *>(ev_userdata(loop));
+  self->loop_mu_.lock();
+  self->in_poll_ = false;
+  // Its next sleep is computed from every timer, those armed by callers too.
+  self->timers_unseen_.store(false, std::memory_order_release);
 }
 
 void EventLoop::run_sync(const Command &fn) {
@@ -132,21 +198,25 @@ void EventLoop::on_prepare(struct ev_loop *loop, ev_prepare *w, int) {
   auto *self = static_cast<EventLoop *>(w->data);
   if (self->spinning_.load(std::memory_order_relaxed)) self->drain_commands();
   if (!self->ready_.empty()) self->note_activity();
-  // Resumed coroutines may queue writes and writes never resume coroutines,
-  // so: drain, flush, and repeat while anything new became ready.
-  for (int round = 0; round < 64; ++round) {
-    self->run_ready();
-    bool more = false;
-    for (auto &hook : self->hooks_)
-      more |= hook();
-    if (self->ready_.empty() && !more) break;
-  }
   // Still work to do: an active idle watcher makes the poll return at once.
-  if (!self->ready_.empty()) {
+  if (self->run_pass()) {
     ev_idle_start(loop, &self->idle_);
     return;
   }
   if (self->spin_ns_) self->spin_or_sleep(loop);
+}
+
+bool EventLoop::run_pass() {
+  // Resumed coroutines may queue writes and writes never resume coroutines,
+  // so: drain, flush, and repeat while anything new became ready.
+  for (int round = 0; round < 64; ++round) {
+    run_ready();
+    bool more = false;
+    for (auto &hook : hooks_)
+      more |= hook();
+    if (ready_.empty() && !more) break;
+  }
+  return !ready_.empty();
 }
 
 void EventLoop::spin_or_sleep(struct ev_loop *loop) {

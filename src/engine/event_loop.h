@@ -1,8 +1,12 @@
 // EventLoop: one thread running a libev loop. It owns every piece of protocol
 // state of its engine; other threads reach it only through post(), which
 // queues a command and wakes the loop with ev_async. Coroutines resume only
-// on this thread, and only from the ready queue (never from inside an ngtcp2
-// callback), which is drained before the loop sleeps.
+// on the loop's side, and only from the ready queue (never from inside an
+// ngtcp2 callback), which is drained before the loop sleeps.
+//
+// "The loop's side" is whoever holds loop_mu_: the loop thread, except while
+// it sleeps in epoll_wait, when a blocking caller may take it and run its own
+// command there (run_here_or_wake) instead of waking the thread.
 #pragma once
 
 #include <ev.h>
@@ -41,10 +45,38 @@ class EventLoop {
   void stop();
 
   // Thread-safe: run fn on the loop thread soon. Returns false once stopped.
-  bool post(Command fn);
+  // With wake == false the caller must follow with run_here_or_wake().
+  bool post(Command fn, bool wake = true);
+  // For a caller that is about to block on the result of what it posted
+  // with wake == false. If the loop thread sleeps in epoll, runs the queued
+  // commands and what they make ready on this thread, and leaves the loop
+  // thread asleep: waking it is the largest cost of a small blocking call
+  // (docs/performance.md, "Blocking calls run their command on the caller's
+  // thread"). The loop thread computed its sleep before the timers armed
+  // here, so the caller must call wake() if its result has not come by the
+  // time returned (now_ns() clock; UINT64_MAX: no such time). Otherwise wakes
+  // the loop thread and returns UINT64_MAX.
+  uint64_t run_here_or_wake();
+  void wake() { ev_async_send(loop_, &wake_); }
+  // For the same caller once its result came: if the loop thread has not
+  // woken since timers were armed here (the operation may have finished on
+  // this thread, or on another caller's), wake it now.
+  void wake_if_timers_unseen() {
+    if (timers_unseen_.load(std::memory_order_acquire)) wake();
+  }
+  // Loop side: a timer was armed for deadline_ns, or an I/O watcher changed.
+  // Matters only while a caller runs commands here (the sleeping loop thread
+  // does not see them until it wakes).
+  void timer_armed(uint64_t deadline_ns) {
+    if (caller_run_ && deadline_ns < caller_run_due_ns_) caller_run_due_ns_ = deadline_ns;
+  }
+  void watchers_changed() {
+    if (caller_run_) caller_run_needs_wake_ = true;
+  }
   // Runs fn on the loop thread and waits for it (from a non-loop thread).
   void run_sync(const Command &fn);
-  bool on_loop_thread() const { return std::this_thread::get_id() == thread_id_; }
+  // True on the loop thread, and on a caller while it runs commands here.
+  bool on_loop_thread() const;
 
   struct ev_loop *raw() const {
     return loop_;
@@ -61,7 +93,12 @@ class EventLoop {
   static void on_async(struct ev_loop *, ev_async *w, int);
   static void on_prepare(struct ev_loop *, ev_prepare *w, int);
   static void on_idle(struct ev_loop *, ev_idle *w, int);
+  static void release_loop(struct ev_loop *loop) noexcept;
+  static void acquire_loop(struct ev_loop *loop) noexcept;
+  void wake_unless_spinning();
   void drain_commands();
+  // Resumes what is ready and flushes, repeatedly; true if work is left.
+  bool run_pass();
   void spin_or_sleep(struct ev_loop *loop);
   void run_ready();
 
@@ -72,6 +109,16 @@ class EventLoop {
   ev_idle idle_;
   std::thread thread_;
   std::thread::id thread_id_;
+  // Held by the loop thread except while it sleeps in epoll_wait.
+  std::mutex loop_mu_;
+  bool in_poll_ = false;  // under loop_mu_: the loop thread sleeps in epoll_wait
+  // Under loop_mu_, while a caller runs commands here (run_here_or_wake).
+  bool caller_run_ = false;
+  bool caller_run_needs_wake_ = false;
+  uint64_t caller_run_due_ns_ = UINT64_MAX;
+  // Set when a caller run armed timers the sleeping loop thread has not seen;
+  // cleared when the loop thread wakes.
+  std::atomic<bool> timers_unseen_{false};
   std::mutex mu_;
   std::deque<Command> commands_;
   bool stopping_ = false;

@@ -30,6 +30,7 @@ bool Wait::suspend(std::coroutine_handle<> h) {
   }
   ev_timer_set(&timer_, static_cast<double>(deadline_ns_ - now) / 1e9, 0.0);
   ev_timer_start(loop_->raw(), &timer_);
+  loop_->timer_armed(deadline_ns_);
   armed_ = true;
   return true;
 }

@@ -958,6 +958,7 @@ void QuicConnection::arm_timer() {
   const double after = expiry > now ? static_cast<double>(expiry - now) / 1e9 : 0.0;
   timer_.repeat = after > 0 ? after : 1e-6;
   ev_timer_again(ep_->loop()->raw(), &timer_);
+  ep_->loop()->timer_armed(expiry);
 }
 
 void QuicConnection::on_timer(struct ev_loop *, ev_timer *w, int) {

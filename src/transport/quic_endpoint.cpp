@@ -65,6 +65,7 @@ Status QuicEndpoint::started(Status opened) {
         rcvbuf >> 10, kBbrMinReceiveBuffer >> 10, kBbrMinReceiveBuffer);
   ev_io_set(&io_, socket_.fd(), EV_READ);
   ev_io_start(loop_->raw(), &io_);
+  loop_->watchers_changed();
   reading_ = true;
   return opened;
 }
@@ -287,6 +288,7 @@ void QuicEndpoint::transmit(const SocketAddress &to, const uint8_t *buf, const s
     ev_io_stop(loop_->raw(), &io_);
     ev_io_set(&io_, socket_.fd(), EV_READ | EV_WRITE);
     ev_io_start(loop_->raw(), &io_);
+    loop_->watchers_changed();
   }
 }
 
@@ -301,6 +303,7 @@ void QuicEndpoint::flush_pending() {
     ev_io_stop(loop_->raw(), &io_);
     ev_io_set(&io_, socket_.fd(), EV_READ);
     ev_io_start(loop_->raw(), &io_);
+    loop_->watchers_changed();
   }
 }
 
