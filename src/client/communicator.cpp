@@ -100,7 +100,7 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
   EventLoop &loop = engine_->loop();
   const uint64_t loop_due_ns = loop.run_here_or_wake();
   Status s = slot->wait(engine_->config().spin_us, loop_due_ns, [&loop] { loop.wake(); });
-  if (loop_due_ns != UINT64_MAX) loop.wake_if_timers_unseen();
+  loop.wake_if_timers_unseen();
   return s;
 }
 

@@ -104,7 +104,6 @@ uint64_t EventLoop::run_here_or_wake() {
     wake();
     return UINT64_MAX;
   }
-  caller_run_ = true;
   caller_run_needs_wake_ = false;
   caller_run_due_ns_ = UINT64_MAX;
   t_caller_run_loop = this;
@@ -115,7 +114,6 @@ uint64_t EventLoop::run_here_or_wake() {
   const bool work_left = run_pass();
   log::set_thread_rank(caller_log_rank);
   t_caller_run_loop = nullptr;
-  caller_run_ = false;
   const bool wake_now = work_left || caller_run_needs_wake_;
   const uint64_t due = caller_run_due_ns_;
   if (!wake_now && due != UINT64_MAX) timers_unseen_.store(true, std::memory_order_release);
@@ -125,6 +123,21 @@ uint64_t EventLoop::run_here_or_wake() {
     return UINT64_MAX;
   }
   return due;
+}
+
+void EventLoop::arm_timer(ev_timer *t, uint64_t deadline_ns, uint64_t now) {
+  ev_timer_stop(loop_, t);
+  ev_timer_set(t, deadline_ns > now ? static_cast<double>(deadline_ns - now) / 1e9 : 1e-6, 0.0);
+  ev_timer_start(loop_, t);
+  if (t_caller_run_loop == this && deadline_ns < caller_run_due_ns_)
+    caller_run_due_ns_ = deadline_ns;
+}
+
+void EventLoop::watch_io(ev_io *w, int fd, int events) {
+  ev_io_stop(loop_, w);
+  ev_io_set(w, fd, events);
+  ev_io_start(loop_, w);
+  if (t_caller_run_loop == this) caller_run_needs_wake_ = true;
 }
 
 void EventLoop::release_loop(struct ev_loop *loop) noexcept {

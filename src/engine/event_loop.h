@@ -64,15 +64,12 @@ class EventLoop {
   void wake_if_timers_unseen() {
     if (timers_unseen_.load(std::memory_order_acquire)) wake();
   }
-  // Loop side: a timer was armed for deadline_ns, or an I/O watcher changed.
-  // Matters only while a caller runs commands here (the sleeping loop thread
-  // does not see them until it wakes).
-  void timer_armed(uint64_t deadline_ns) {
-    if (caller_run_ && deadline_ns < caller_run_due_ns_) caller_run_due_ns_ = deadline_ns;
-  }
-  void watchers_changed() {
-    if (caller_run_) caller_run_needs_wake_ = true;
-  }
+  // Loop side: every timer and I/O watcher of the loop is (re)started here,
+  // so that a caller running commands (run_here_or_wake) learns what the
+  // sleeping loop thread has not seen. arm_timer fires t once at deadline_ns
+  // (now_ns() clock; `now` is the caller's reading of it).
+  void arm_timer(ev_timer *t, uint64_t deadline_ns, uint64_t now);
+  void watch_io(ev_io *w, int fd, int events);
   // Runs fn on the loop thread and waits for it (from a non-loop thread).
   void run_sync(const Command &fn);
   // True on the loop thread, and on a caller while it runs commands here.
@@ -113,7 +110,6 @@ class EventLoop {
   std::mutex loop_mu_;
   bool in_poll_ = false;  // under loop_mu_: the loop thread sleeps in epoll_wait
   // Under loop_mu_, while a caller runs commands here (run_here_or_wake).
-  bool caller_run_ = false;
   bool caller_run_needs_wake_ = false;
   uint64_t caller_run_due_ns_ = UINT64_MAX;
   // Set when a caller run armed timers the sleeping loop thread has not seen;

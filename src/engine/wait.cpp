@@ -28,9 +28,7 @@ bool Wait::suspend(std::coroutine_handle<> h) {
     finish(Status(NEXAR_ERR_TIMEOUT, timeout_message(), peer_rank_));
     return false;
   }
-  ev_timer_set(&timer_, static_cast<double>(deadline_ns_ - now) / 1e9, 0.0);
-  ev_timer_start(loop_->raw(), &timer_);
-  loop_->timer_armed(deadline_ns_);
+  loop_->arm_timer(&timer_, deadline_ns_, now);
   armed_ = true;
   return true;
 }

@@ -955,10 +955,7 @@ void QuicConnection::arm_timer() {
   }
   const uint64_t now = now_ns();
   timer_armed_due_ = expiry <= now;
-  const double after = expiry > now ? static_cast<double>(expiry - now) / 1e9 : 0.0;
-  timer_.repeat = after > 0 ? after : 1e-6;
-  ev_timer_again(ep_->loop()->raw(), &timer_);
-  ep_->loop()->timer_armed(expiry);
+  ep_->loop()->arm_timer(&timer_, expiry, now);
 }
 
 void QuicConnection::on_timer(struct ev_loop *, ev_timer *w, int) {

@@ -63,9 +63,7 @@ Status QuicEndpoint::started(Status opened) {
         "net.core.rmem_max and net.core.wmem_max to %zu or more (they cap processes without "
         "CAP_NET_ADMIN)",
         rcvbuf >> 10, kBbrMinReceiveBuffer >> 10, kBbrMinReceiveBuffer);
-  ev_io_set(&io_, socket_.fd(), EV_READ);
-  ev_io_start(loop_->raw(), &io_);
-  loop_->watchers_changed();
+  loop_->watch_io(&io_, socket_.fd(), EV_READ);
   reading_ = true;
   return opened;
 }
@@ -285,10 +283,7 @@ void QuicEndpoint::transmit(const SocketAddress &to, const uint8_t *buf, const s
     off += sizes[i];
   }
   if (reading_) {
-    ev_io_stop(loop_->raw(), &io_);
-    ev_io_set(&io_, socket_.fd(), EV_READ | EV_WRITE);
-    ev_io_start(loop_->raw(), &io_);
-    loop_->watchers_changed();
+    loop_->watch_io(&io_, socket_.fd(), EV_READ | EV_WRITE);
   }
 }
 
@@ -300,10 +295,7 @@ void QuicEndpoint::flush_pending() {
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(i));
   if (pending_.empty() && reading_) {
-    ev_io_stop(loop_->raw(), &io_);
-    ev_io_set(&io_, socket_.fd(), EV_READ);
-    ev_io_start(loop_->raw(), &io_);
-    loop_->watchers_changed();
+    loop_->watch_io(&io_, socket_.fd(), EV_READ);
   }
 }
 

@@ -18,9 +18,21 @@ using namespace nexar;
 
 namespace {
 
-// Lets the loop thread finish its start-up pass and fall asleep in epoll.
-void let_loop_sleep() {
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+// Returns once an empty command ran on this thread: the loop thread was
+// asleep in epoll then, and still is (a command that arms nothing leaves it
+// asleep). A probe the woken loop thread ran instead is waited for, and the
+// next one tried a little later.
+void let_loop_sleep(EventLoop &loop) {
+  const std::thread::id me = std::this_thread::get_id();
+  for (int tries = 0; tries < 1000; ++tries) {
+    std::atomic<bool> here{false};
+    ASSERT_TRUE(loop.post([&] { here.store(std::this_thread::get_id() == me); }, false));
+    ASSERT_EQ(loop.run_here_or_wake(), UINT64_MAX);
+    if (here.load()) return;
+    loop.run_sync([] {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL() << "the loop thread never fell asleep in epoll";
 }
 
 // Aborts the test program, naming what hung, if `done` is not set in time:
@@ -50,7 +62,7 @@ class Watchdog {
 TEST(CallerRun, CommandRunsOnTheCallerWhileTheLoopThreadSleeps) {
   EventLoop loop(0);
   loop.start();
-  let_loop_sleep();
+  let_loop_sleep(loop);
   std::thread::id ran_on;
   bool looked_like_loop = false;
   ASSERT_TRUE(loop.post(
@@ -101,21 +113,19 @@ TEST(CallerRun, BusyLoopThreadRunsTheCommandItself) {
 TEST(CallerRun, TimerArmedHereFiresThroughTheNudge) {
   EventLoop loop(0);
   loop.start();
-  let_loop_sleep();
+  let_loop_sleep(loop);
   BlockingSlot slot;
   ev_timer timer;
   ev_init(&timer, [](struct ev_loop *, ev_timer *w, int) {
     static_cast<BlockingSlot *>(w->data)->complete(Status());
   });
   timer.data = &slot;
-  constexpr double kAfterS = 0.03;
   uint64_t deadline = 0;
   ASSERT_TRUE(loop.post(
       [&] {
-        deadline = now_ns() + static_cast<uint64_t>(kAfterS * 1e9);
-        ev_timer_set(&timer, kAfterS, 0.0);
-        ev_timer_start(loop.raw(), &timer);
-        loop.timer_armed(deadline);
+        const uint64_t now = now_ns();
+        deadline = now + 30 * kNsPerMs;
+        loop.arm_timer(&timer, deadline, now);
       },
       false));
   const uint64_t due = loop.run_here_or_wake();
@@ -139,26 +149,18 @@ TEST(CallerRun, TimerArmedHereFiresThroughTheNudge) {
 TEST(CallerRun, WatcherChangedHereWakesTheLoopThread) {
   EventLoop loop(0);
   loop.start();
-  let_loop_sleep();
+  let_loop_sleep(loop);
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
   ASSERT_EQ(write(fds[1], "x", 1), 1);
   BlockingSlot slot;
   ev_io io;
-  ev_io_init(
-      &io,
-      [](struct ev_loop *l, ev_io *w, int) {
-        ev_io_stop(l, w);
-        static_cast<BlockingSlot *>(w->data)->complete(Status());
-      },
-      fds[0], EV_READ);
+  ev_init(&io, [](struct ev_loop *l, ev_io *w, int) {
+    ev_io_stop(l, w);
+    static_cast<BlockingSlot *>(w->data)->complete(Status());
+  });
   io.data = &slot;
-  ASSERT_TRUE(loop.post(
-      [&] {
-        ev_io_start(loop.raw(), &io);
-        loop.watchers_changed();
-      },
-      false));
+  ASSERT_TRUE(loop.post([&] { loop.watch_io(&io, fds[0], EV_READ); }, false));
   EXPECT_EQ(loop.run_here_or_wake(), UINT64_MAX);
   {
     Watchdog dog("the readable pipe seen by the loop thread", 10);
@@ -176,7 +178,7 @@ TEST(CallerRun, WatcherChangedHereWakesTheLoopThread) {
 TEST(CallerRun, TimerArmedByACommandThatFinishedHereStillFires) {
   EventLoop loop(0);
   loop.start();
-  let_loop_sleep();
+  let_loop_sleep(loop);
   std::atomic<bool> fired{false};
   ev_timer timer;
   ev_init(&timer, [](struct ev_loop *, ev_timer *w, int) {
@@ -186,9 +188,8 @@ TEST(CallerRun, TimerArmedByACommandThatFinishedHereStillFires) {
   BlockingSlot slot;
   ASSERT_TRUE(loop.post(
       [&] {
-        ev_timer_set(&timer, 0.02, 0.0);
-        ev_timer_start(loop.raw(), &timer);
-        loop.timer_armed(now_ns() + 20 * 1000 * 1000);
+        const uint64_t now = now_ns();
+        loop.arm_timer(&timer, now + 20 * kNsPerMs, now);
         slot.complete(Status());
       },
       false));
