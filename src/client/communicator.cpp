@@ -96,11 +96,13 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
   }
   if (!slot) return {};
   // A blocking caller would only sleep while the loop thread wakes up to run
-  // its command: run it here if that thread is asleep.
-  EventLoop &loop = engine_->loop();
-  const uint64_t loop_due_ns = loop.run_here_or_wake();
-  Status s = slot->wait(engine_->config().spin_us, loop_due_ns, [&loop] { loop.wake(); });
-  loop.wake_if_timers_unseen();
+  // its command: run it here if that thread is asleep, and then receive the
+  // reply here too. It uses the loop until it returns, so the operation
+  // counts as outstanding until then (close() waits for it before the
+  // engine can go); nothing of this communicator is touched after.
+  const std::shared_ptr<OpTracker> tracker = tracker_;
+  Status s = engine_->loop().run_here_and_wait(*slot, engine_->config().spin_us);
+  tracker->done();
   return s;
 }
 
@@ -114,8 +116,8 @@ void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *us
     std::unique_ptr<OpContext> owned(op);
     owned.reset();
     if (slot) {
+      // The caller tells the tracker once it no longer uses the engine.
       slot->complete(std::move(s));
-      tracker_->done();
       return;
     }
     Completion c{done, user_data, std::move(s), seq, tracker_};

@@ -27,12 +27,28 @@ uint32_t *futex_word(std::atomic<uint32_t> &a) {
 void BlockingSlot::complete(Status s) {
   status = std::move(s);
   // The caller holds a reference to the slot, so waking after publishing is safe.
-  if (state_.exchange(kDone, std::memory_order_acq_rel) == kSleeping)
+  const uint32_t was = state_.exchange(kDone, std::memory_order_acq_rel);
+  if (was == kSleeping) {
     syscall(SYS_futex, futex_word(state_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  } else if (was == kPolling) {
+    const uint64_t one = 1;
+    const ssize_t n = write(poll_fd_, &one, sizeof one);
+    (void)n;  // an eventfd write fails only at a count near 2^64
+  }
 }
 
-Status BlockingSlot::wait(uint32_t spin_us, uint64_t nudge_at_ns,
-                          const std::function<void()> &nudge) {
+bool BlockingSlot::begin_poll(int wake_fd) {
+  poll_fd_ = wake_fd;
+  uint32_t seen = kPending;
+  return state_.compare_exchange_strong(seen, kPolling, std::memory_order_acq_rel);
+}
+
+bool BlockingSlot::end_poll() {
+  uint32_t seen = kPolling;
+  return state_.compare_exchange_strong(seen, kPending, std::memory_order_acq_rel);
+}
+
+Status BlockingSlot::wait(uint32_t spin_us) {
   if (spin_us) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
     while (!done() && std::chrono::steady_clock::now() < until)
@@ -40,23 +56,10 @@ Status BlockingSlot::wait(uint32_t spin_us, uint64_t nudge_at_ns,
   }
   uint32_t seen = kPending;
   if (state_.compare_exchange_strong(seen, kSleeping, std::memory_order_acq_rel)) seen = kSleeping;
-  // Sleeps while the word still says kSleeping; a wake-up, a signal, a
-  // spurious return or the nudge time all come back here to look again.
+  // Sleeps while the word still says kSleeping; a wake-up, a signal or a
+  // spurious return comes back here to look again.
   while (seen != kDone) {
-    timespec rel;
-    const timespec *timeout = nullptr;
-    if (nudge_at_ns != UINT64_MAX) {
-      const uint64_t now = now_ns();
-      if (now >= nudge_at_ns) {
-        nudge_at_ns = UINT64_MAX;
-        if (nudge) nudge();
-        continue;
-      }
-      rel.tv_sec = static_cast<time_t>((nudge_at_ns - now) / 1000000000ull);
-      rel.tv_nsec = static_cast<long>((nudge_at_ns - now) % 1000000000ull);
-      timeout = &rel;
-    }
-    syscall(SYS_futex, futex_word(state_), FUTEX_WAIT_PRIVATE, kSleeping, timeout, nullptr, 0);
+    syscall(SYS_futex, futex_word(state_), FUTEX_WAIT_PRIVATE, kSleeping, nullptr, nullptr, 0);
     seen = state_.load(std::memory_order_acquire);
   }
   return status;

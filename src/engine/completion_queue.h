@@ -31,17 +31,21 @@ struct BlockingSlot {
   void complete(Status s);
   // Polls for up to spin_us (NEXAR_SPIN_US) before sleeping: a sleeping
   // caller costs a wake-up on the critical path of every blocking call.
-  // If not done by nudge_at_ns (now_ns() clock), calls nudge() once and
-  // sleeps on: the caller ran its command on the loop's side while the loop
-  // thread slept, and the loop thread must then look at the timers it armed.
-  Status wait(uint32_t spin_us, uint64_t nudge_at_ns = UINT64_MAX,
-              const std::function<void()> &nudge = {});
+  Status wait(uint32_t spin_us);
   bool done() const { return state_.load(std::memory_order_acquire) == kDone; }
+  // For a caller that sleeps in poll(2) rather than on the word
+  // (EventLoop::run_here_and_wait): from begin_poll to end_poll, complete() writes
+  // to wake_fd (an eventfd, which must outlive the slot's completion)
+  // instead of calling futex. Both return false once the slot is done.
+  bool begin_poll(int wake_fd);
+  bool end_poll();
 
  private:
   static constexpr uint32_t kPending = 0;
   static constexpr uint32_t kSleeping = 1;  // pending, and the caller sleeps on it
   static constexpr uint32_t kDone = 2;
+  static constexpr uint32_t kPolling = 3;  // pending, and the caller polls poll_fd_
+  int poll_fd_ = -1;                       // written before kPolling is published
   std::atomic<uint32_t> state_{kPending};
 };
 

@@ -6,7 +6,8 @@
 //
 // "The loop's side" is whoever holds loop_mu_: the loop thread, except while
 // it sleeps in epoll_wait, when a blocking caller may take it and run its own
-// command there (run_here_or_wake) instead of waking the thread.
+// command there (run_here_or_wake) instead of waking the thread, then wait
+// for its result on the engine's socket itself (run_here_and_wait).
 #pragma once
 
 #include <ev.h>
@@ -20,7 +21,12 @@
 #include <thread>
 #include <vector>
 
+#include "core/status.h"
+#include "core/unique_fd.h"
+
 namespace nexar {
+
+struct BlockingSlot;
 
 class EventLoop {
  public:
@@ -49,26 +55,35 @@ class EventLoop {
   bool post(Command fn, bool wake = true);
   // For a caller that is about to block on the result of what it posted
   // with wake == false. If the loop thread sleeps in epoll, runs the queued
-  // commands and what they make ready on this thread, and leaves the loop
-  // thread asleep: waking it is the largest cost of a small blocking call
-  // (docs/performance.md, "Blocking calls run their command on the caller's
-  // thread"). The loop thread computed its sleep before the timers armed
-  // here, so the caller must call wake() if its result has not come by the
-  // time returned (now_ns() clock; UINT64_MAX: no such time). Otherwise wakes
-  // the loop thread and returns UINT64_MAX.
-  uint64_t run_here_or_wake();
+  // commands and what they make ready on this thread, leaves the loop thread
+  // asleep and returns true: waking it is the largest cost of a small
+  // blocking call (docs/performance.md, "Blocking calls run their command on
+  // the caller's thread"). Otherwise wakes the loop thread and returns false.
+  bool run_here_or_wake();
+  // The same, for a caller that then blocks on slot. Having run its command
+  // here, it waits by polling the socket (watch_socket) itself, taken over
+  // before the command ran, and runs what arrives on the loop's side on this
+  // thread: a reply then costs one wake-up, this thread's, instead of two
+  // (the loop thread's, then the caller's through the slot). Sleeps on the
+  // slot (polling it for spin_us first) when the loop thread was awake, or
+  // another caller has the socket, or none is watched.
+  Status run_here_and_wait(BlockingSlot &slot, uint32_t spin_us);
   void wake() { ev_async_send(loop_, &wake_); }
-  // For the same caller once its result came: if the loop thread has not
-  // woken since timers were armed here (the operation may have finished on
-  // this thread, or on another caller's), wake it now.
-  void wake_if_timers_unseen() {
-    if (timers_unseen_.load(std::memory_order_acquire)) wake();
-  }
+  // Loop side: the engine's socket. libev watches an epoll set of its own
+  // holding only this descriptor, instead of the descriptor itself, so that
+  // a caller in run_here_and_wait can mask the socket in that set: what arrives
+  // then wakes the caller alone, not also the loop thread asleep in
+  // epoll_wait. on_ready gets EV_READ, and EV_WRITE while EV_WRITE is
+  // watched.
+  void watch_socket(int fd, int events, std::function<void(int revents)> on_ready);
+  void unwatch_socket();
   // Loop side: every timer and I/O watcher of the loop is (re)started here,
   // so that a caller running commands (run_here_or_wake) learns what the
   // sleeping loop thread has not seen. arm_timer fires t once at deadline_ns
   // (now_ns() clock; `now` is the caller's reading of it).
   void arm_timer(ev_timer *t, uint64_t deadline_ns, uint64_t now);
+  // Stops a timer armed by arm_timer (before its owner lets it go).
+  void stop_timer(ev_timer *t);
   void watch_io(ev_io *w, int fd, int events);
   // Runs fn on the loop thread and waits for it (from a non-loop thread).
   void run_sync(const Command &fn);
@@ -92,6 +107,32 @@ class EventLoop {
   static void on_idle(struct ev_loop *, ev_idle *w, int);
   static void release_loop(struct ev_loop *loop) noexcept;
   static void acquire_loop(struct ev_loop *loop) noexcept;
+  static void on_wake_timer(struct ev_loop *, ev_io *w, int);
+  static void on_socket_set(struct ev_loop *, ev_io *w, int);
+  // run_here_or_wake. With lend_fd, lends the socket (lend_socket) first,
+  // and if it did, leaves the timers armed here to the caller (*due: the
+  // earliest) instead of the wake timer.
+  bool run_here(int *lend_fd = nullptr, uint64_t *due = nullptr);
+  // Polls the lent socket until slot is done, firing the timers armed by
+  // caller runs as they come due (from due on), then gives the socket back
+  // and leaves the timers still armed to the wake timer.
+  Status wait_on_socket(BlockingSlot &slot, int fd, uint64_t due);
+  // Runs the socket's handler for poll_revents (0: none), then the due
+  // timers, here; *due becomes the next one. False if the loop stopped or
+  // the socket changed (the caller stops borrowing).
+  bool run_borrowed(int fd, short poll_revents, uint64_t *due);
+  void leave_timers_to_loop();
+  uint64_t caller_timers_due() const;
+  void fire_due_caller_timers(uint64_t now);
+  // With loop_mu_ held while the loop thread sleeps in epoll: runs work on
+  // the loop's side on this thread, then what it made ready. Arms the wake
+  // timer for the timers armed here; true if the loop thread must wake now
+  // (a watcher changed, or work is left), which the caller does after
+  // unlocking.
+  bool run_as_loop(const std::function<void()> &work);
+  void arm_wake_timer(uint64_t due_ns);
+  bool lend_socket(int *fd);
+  void return_socket();
   void wake_unless_spinning();
   void drain_commands();
   // Resumes what is ready and flushes, repeatedly; true if work is left.
@@ -109,12 +150,29 @@ class EventLoop {
   // Held by the loop thread except while it sleeps in epoll_wait.
   std::mutex loop_mu_;
   bool in_poll_ = false;  // under loop_mu_: the loop thread sleeps in epoll_wait
-  // Under loop_mu_, while a caller runs commands here (run_here_or_wake).
+  // Under loop_mu_, while a caller runs commands here (run_as_loop).
   bool caller_run_needs_wake_ = false;
-  uint64_t caller_run_due_ns_ = UINT64_MAX;
-  // Set when a caller run armed timers the sleeping loop thread has not seen;
-  // cleared when the loop thread wakes.
-  std::atomic<bool> timers_unseen_{false};
+  // Timers armed by callers' runs since the loop thread last woke, with
+  // their deadlines; under loop_mu_. Their owners stop them through
+  // stop_timer, so none dangles.
+  std::vector<std::pair<ev_timer *, uint64_t>> caller_timers_;
+  // A timerfd in libev's set. The sleeping loop thread computed its sleep
+  // before the timers a caller armed on the loop's side, so the caller arms
+  // this for the earliest of them: the loop thread wakes by then (or sooner
+  // for another reason, and disarms it). Under loop_mu_.
+  UniqueFd wake_timer_;
+  ev_io wake_timer_io_;
+  uint64_t wake_timer_due_ns_ = UINT64_MAX;  // UINT64_MAX: disarmed
+  // The socket (watch_socket) and the epoll set that holds it.
+  UniqueFd socket_set_;
+  ev_io socket_set_io_;
+  std::function<void(int)> on_socket_;  // loop side
+  std::mutex lend_mu_;                  // the three below, and the set's registration
+  int socket_fd_ = -1;
+  uint32_t socket_events_ = 0;  // what the loop side watches, as epoll events
+  bool lent_ = false;           // a caller in run_here_and_wait masks the socket in the set
+  // An eventfd: BlockingSlot::complete() wakes a caller polling in run_here_and_wait.
+  UniqueFd borrower_wake_;
   std::mutex mu_;
   std::deque<Command> commands_;
   bool stopping_ = false;

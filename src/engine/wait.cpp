@@ -11,7 +11,7 @@ Wait::Wait(EventLoop *loop, OpContext *op, uint64_t deadline_ns, int32_t peer_ra
 }
 
 Wait::~Wait() {
-  if (armed_) ev_timer_stop(loop_->raw(), &timer_);
+  if (armed_) loop_->stop_timer(&timer_);
   if (op_ && (prev_ || next_ || op_->head_ == this)) op_->unlink(this);
 }
 
@@ -38,7 +38,7 @@ void Wait::finish(Status s) {
   finished_ = true;
   result_ = std::move(s);
   if (armed_) {
-    ev_timer_stop(loop_->raw(), &timer_);
+    loop_->stop_timer(&timer_);
     armed_ = false;
   }
   if (op_) op_->unlink(this);

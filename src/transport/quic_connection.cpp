@@ -71,7 +71,7 @@ QuicConnection::QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, boo
 }
 
 QuicConnection::~QuicConnection() {
-  ev_timer_stop(ep_->loop()->raw(), &timer_);
+  ep_->loop()->stop_timer(&timer_);
   for (auto &cid : scids_)
     ep_->unroute(cid);
   for (auto &st : streams_)
@@ -950,7 +950,7 @@ void QuicConnection::arm_timer() {
   if (closed_ || !conn_) return;
   const uint64_t expiry = ngtcp2_conn_get_expiry(conn_);
   if (expiry == UINT64_MAX) {
-    ev_timer_stop(ep_->loop()->raw(), &timer_);
+    ep_->loop()->stop_timer(&timer_);
     return;
   }
   const uint64_t now = now_ns();
@@ -1032,7 +1032,7 @@ void QuicConnection::drop(const Status &why) {
 }
 
 void QuicConnection::end(const Status &why) {
-  ev_timer_stop(ep_->loop()->raw(), &timer_);
+  ep_->loop()->stop_timer(&timer_);
   for (auto &st : streams_)
     finish_items(st, why);
   for (auto &[id, rs] : recv_)

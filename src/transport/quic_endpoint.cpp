@@ -32,13 +32,11 @@ QuicEndpoint::QuicEndpoint(EventLoop *loop, ConnectionHandler *handler, uint64_t
       policy_(policy) {
   gnutls_rnd(GNUTLS_RND_KEY, secret_, sizeof secret_);
   tx_.resize(64 * 65536);
-  ev_init(&io_, &QuicEndpoint::on_readable);
-  io_.data = this;
   loop_->add_before_sleep([this] { return flush(); });
 }
 
 QuicEndpoint::~QuicEndpoint() {
-  if (reading_) ev_io_stop(loop_->raw(), &io_);
+  if (reading_) loop_->unwatch_socket();
   dirty_.clear();
   conns_.clear();
   retired_.clear();
@@ -63,7 +61,7 @@ Status QuicEndpoint::started(Status opened) {
         "net.core.rmem_max and net.core.wmem_max to %zu or more (they cap processes without "
         "CAP_NET_ADMIN)",
         rcvbuf >> 10, kBbrMinReceiveBuffer >> 10, kBbrMinReceiveBuffer);
-  loop_->watch_io(&io_, socket_.fd(), EV_READ);
+  watch_socket(EV_READ);
   reading_ = true;
   return opened;
 }
@@ -131,15 +129,16 @@ void QuicEndpoint::shutdown(const Status &why) {
 
   flush_pending();
   if (reading_) {
-    ev_io_stop(loop_->raw(), &io_);
+    loop_->unwatch_socket();
     reading_ = false;
   }
 }
 
-void QuicEndpoint::on_readable(struct ev_loop *, ev_io *w, int revents) {
-  auto *self = static_cast<QuicEndpoint *>(w->data);
-  if (revents & EV_WRITE) self->flush_pending();
-  if (revents & EV_READ) self->read_socket();
+void QuicEndpoint::watch_socket(int events) {
+  loop_->watch_socket(socket_.fd(), events, [this](int revents) {
+    if (revents & EV_WRITE) flush_pending();
+    if (revents & EV_READ) read_socket();
+  });
 }
 
 void QuicEndpoint::read_socket() {
@@ -282,9 +281,7 @@ void QuicEndpoint::transmit(const SocketAddress &to, const uint8_t *buf, const s
     if (i >= sent) pending_.push_back({to, std::vector<uint8_t>(buf + off, buf + off + sizes[i])});
     off += sizes[i];
   }
-  if (reading_) {
-    loop_->watch_io(&io_, socket_.fd(), EV_READ | EV_WRITE);
-  }
+  if (reading_) watch_socket(EV_READ | EV_WRITE);
 }
 
 void QuicEndpoint::flush_pending() {
@@ -294,9 +291,7 @@ void QuicEndpoint::flush_pending() {
     if (!socket_.send_packets(pending_[i].to, pending_[i].bytes.data(), &sz, 1, &sent)) break;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(i));
-  if (pending_.empty() && reading_) {
-    loop_->watch_io(&io_, socket_.fd(), EV_READ);
-  }
+  if (pending_.empty() && reading_) watch_socket(EV_READ);
 }
 
 bool QuicEndpoint::flush() {

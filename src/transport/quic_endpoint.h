@@ -111,7 +111,8 @@ class QuicEndpoint {
  private:
   // After the socket is open: warns about a small buffer, starts reading.
   Status started(Status opened);
-  static void on_readable(struct ev_loop *, ev_io *w, int revents);
+  // (Re)starts the loop's watch of the socket (EventLoop::watch_socket).
+  void watch_socket(int events);
   void read_socket();
   void handle_datagram(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);
   // A client Initial nothing routes: admits it as a new server connection,
@@ -133,7 +134,6 @@ class QuicEndpoint {
   ConnectionPolicy policy_;
   uint8_t secret_[kSecretLen];
   UdpSocket socket_;
-  ev_io io_;
   bool reading_ = false;
   // Looked up by std::string_view, so a received datagram does not allocate
   // its connection ID as a std::string (IDs are longer than the SSO buffer).

@@ -1,7 +1,9 @@
 // A blocking caller runs its own command on the loop's side while the loop
-// thread sleeps in epoll (EventLoop::run_here_or_wake), and wakes the loop
-// thread once a timer it armed there is due.
+// thread sleeps in epoll (EventLoop::run_here_or_wake), the loop thread wakes
+// by the deadline of a timer armed there (the wake timer), and the caller
+// then waits for its result on the socket itself (EventLoop::run_here_and_wait).
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -27,8 +29,11 @@ void let_loop_sleep(EventLoop &loop) {
   for (int tries = 0; tries < 1000; ++tries) {
     std::atomic<bool> here{false};
     ASSERT_TRUE(loop.post([&] { here.store(std::this_thread::get_id() == me); }, false));
-    ASSERT_EQ(loop.run_here_or_wake(), UINT64_MAX);
-    if (here.load()) return;
+    const bool ran_here = loop.run_here_or_wake();
+    if (here.load()) {
+      ASSERT_TRUE(ran_here);
+      return;
+    }
     loop.run_sync([] {});
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -71,11 +76,10 @@ TEST(CallerRun, CommandRunsOnTheCallerWhileTheLoopThreadSleeps) {
         looked_like_loop = loop.on_loop_thread();
       },
       false));
-  const uint64_t due = loop.run_here_or_wake();
+  EXPECT_TRUE(loop.run_here_or_wake());
   EXPECT_EQ(ran_on, std::this_thread::get_id());
   EXPECT_TRUE(looked_like_loop);
   EXPECT_FALSE(loop.on_loop_thread());
-  EXPECT_EQ(due, UINT64_MAX) << "no timer was armed";
 }
 
 TEST(CallerRun, BusyLoopThreadRunsTheCommandItself) {
@@ -98,7 +102,7 @@ TEST(CallerRun, BusyLoopThreadRunsTheCommandItself) {
         ran.store(true);
       },
       false));
-  EXPECT_EQ(loop.run_here_or_wake(), UINT64_MAX);
+  EXPECT_FALSE(loop.run_here_or_wake());
   release.store(true);
   Watchdog dog("the woken loop thread running the command", 10);
   while (!ran.load())
@@ -107,10 +111,10 @@ TEST(CallerRun, BusyLoopThreadRunsTheCommandItself) {
 }
 
 // The loop thread went to sleep with no timer. A command run here arms one;
-// the caller's wait nudges the loop thread at its deadline, which then fires
-// it. Without the nudge the loop thread would sleep on (libev: up to a
+// the wake timer wakes the loop thread by its deadline, which then fires it.
+// Without the wake timer the loop thread would sleep on (libev: up to a
 // minute) and the watchdog would end the test.
-TEST(CallerRun, TimerArmedHereFiresThroughTheNudge) {
+TEST(CallerRun, TimerArmedHereFiresThroughTheWakeTimer) {
   EventLoop loop(0);
   loop.start();
   let_loop_sleep(loop);
@@ -128,18 +132,11 @@ TEST(CallerRun, TimerArmedHereFiresThroughTheNudge) {
         loop.arm_timer(&timer, deadline, now);
       },
       false));
-  const uint64_t due = loop.run_here_or_wake();
-  EXPECT_EQ(due, deadline);
-  std::atomic<int> nudges{0};
+  ASSERT_TRUE(loop.run_here_or_wake());
   {
     Watchdog dog("the timer armed on the caller's side", 10);
-    const Status s = slot.wait(0, due, [&] {
-      nudges.fetch_add(1);
-      loop.wake();
-    });
-    EXPECT_TRUE(s.ok());
+    EXPECT_TRUE(slot.wait(0).ok());
   }
-  EXPECT_EQ(nudges.load(), 1);
   EXPECT_GE(now_ns(), deadline);
   loop.run_sync([&] { ev_timer_stop(loop.raw(), &timer); });
 }
@@ -161,7 +158,7 @@ TEST(CallerRun, WatcherChangedHereWakesTheLoopThread) {
   });
   io.data = &slot;
   ASSERT_TRUE(loop.post([&] { loop.watch_io(&io, fds[0], EV_READ); }, false));
-  EXPECT_EQ(loop.run_here_or_wake(), UINT64_MAX);
+  EXPECT_TRUE(loop.run_here_or_wake());
   {
     Watchdog dog("the readable pipe seen by the loop thread", 10);
     EXPECT_TRUE(slot.wait(0).ok());
@@ -172,9 +169,9 @@ TEST(CallerRun, WatcherChangedHereWakesTheLoopThread) {
 }
 
 // An operation that finished during the caller's run (an eager send) leaves
-// no one waiting to nudge: the caller wakes the loop thread on its way out,
-// or a timer armed here (ngtcp2's pacing or loss detection) would not fire
-// until something else woke it.
+// no one waiting: the wake timer still wakes the loop thread, or a timer
+// armed here (ngtcp2's pacing or loss detection) would not fire until
+// something else woke it.
 TEST(CallerRun, TimerArmedByACommandThatFinishedHereStillFires) {
   EventLoop loop(0);
   loop.start();
@@ -193,14 +190,181 @@ TEST(CallerRun, TimerArmedByACommandThatFinishedHereStillFires) {
         slot.complete(Status());
       },
       false));
-  const uint64_t due = loop.run_here_or_wake();
-  ASSERT_NE(due, UINT64_MAX);
-  EXPECT_TRUE(slot.wait(0, due, [&] { loop.wake(); }).ok());
-  loop.wake_if_timers_unseen();
+  ASSERT_TRUE(loop.run_here_or_wake());
+  EXPECT_TRUE(slot.wait(0).ok());
   {
     Watchdog dog("the timer armed by an operation that finished on the caller", 10);
     while (!fired.load())
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   loop.run_sync([&] { ev_timer_stop(loop.raw(), &timer); });
+}
+
+namespace {
+
+// A datagram socket pair whose first end the loop watches as its socket.
+// Each datagram read completes the slot set in `slot` and records the thread
+// that read it.
+struct WatchedSocket {
+  int fds[2] = {-1, -1};
+  std::atomic<BlockingSlot *> slot{nullptr};
+  std::atomic<int> reads{0};
+  std::thread::id read_on;
+  EventLoop &loop;
+
+  explicit WatchedSocket(EventLoop &l) : loop(l) {
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0, fds), 0);
+    loop.run_sync([this] {
+      loop.watch_socket(fds[0], EV_READ, [this](int revents) {
+        if (!(revents & EV_READ)) return;
+        char byte;
+        while (recv(fds[0], &byte, 1, 0) == 1) {
+          read_on = std::this_thread::get_id();
+          reads.fetch_add(1);
+          if (BlockingSlot *s = slot.exchange(nullptr)) s->complete(Status());
+        }
+      });
+    });
+  }
+  ~WatchedSocket() {
+    loop.stop();  // the loop side is this thread's from here on
+    loop.unwatch_socket();
+    close(fds[0]);
+    close(fds[1]);
+  }
+  void send_later(int ms) {
+    std::thread([fd = fds[1], ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      EXPECT_EQ(send(fd, "x", 1, 0), 1);
+    }).detach();
+  }
+};
+
+}  // namespace
+
+// The caller whose command ran here waits on the socket itself: the datagram
+// is read, and its operation completed, on the caller's thread, and the
+// socket goes back to the loop thread afterwards.
+TEST(CallerPoll, WaitHereReadsTheSocketOnTheCallerThenGivesItBack) {
+  EventLoop loop(0);
+  loop.start();
+  WatchedSocket sock(loop);
+  let_loop_sleep(loop);
+  BlockingSlot mine;
+  sock.slot.store(&mine);
+  ASSERT_TRUE(loop.post([] {}, false));
+  sock.send_later(20);
+  {
+    Watchdog dog("the datagram read by the polling caller", 10);
+    EXPECT_TRUE(loop.run_here_and_wait(mine, 0).ok());
+  }
+  EXPECT_EQ(sock.reads.load(), 1);
+  EXPECT_EQ(sock.read_on, std::this_thread::get_id());
+
+  BlockingSlot theirs;
+  sock.slot.store(&theirs);
+  ASSERT_EQ(send(sock.fds[1], "y", 1, 0), 1);
+  {
+    Watchdog dog("the datagram read by the loop thread once the socket is back", 10);
+    EXPECT_TRUE(theirs.wait(0).ok());
+  }
+  EXPECT_EQ(sock.reads.load(), 2);
+  EXPECT_NE(sock.read_on, std::this_thread::get_id());
+}
+
+// A caller polling the socket is woken when the loop thread completes its
+// operation (as a peer's failure or another thread's command would), not
+// only by the socket.
+TEST(CallerPoll, CompletionOnTheLoopThreadWakesThePollingCaller) {
+  EventLoop loop(0);
+  loop.start();
+  WatchedSocket sock(loop);
+  let_loop_sleep(loop);
+  BlockingSlot slot;
+  ASSERT_TRUE(loop.post([] {}, false));
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    loop.post([&] { slot.complete(Status(NEXAR_ERR_PEER_FAILED, "peer failed")); });
+  });
+  {
+    Watchdog dog("the polling caller woken by a completion on the loop thread", 10);
+    EXPECT_EQ(loop.run_here_and_wait(slot, 0).code, NEXAR_ERR_PEER_FAILED);
+  }
+  other.join();
+  EXPECT_EQ(sock.reads.load(), 0);
+}
+
+namespace {
+// A one-shot timer whose callback records the thread it ran on and
+// completes a slot, if one is set.
+struct RecordingTimer {
+  ev_timer timer;
+  std::atomic<bool> fired{false};
+  std::thread::id fired_on;
+  BlockingSlot *slot = nullptr;
+  RecordingTimer() {
+    ev_init(&timer, [](struct ev_loop *, ev_timer *w, int) {
+      auto *self = static_cast<RecordingTimer *>(w->data);
+      self->fired_on = std::this_thread::get_id();
+      self->fired.store(true);
+      if (self->slot) self->slot->complete(Status());
+    });
+    timer.data = this;
+  }
+};
+}  // namespace
+
+// A timer armed by the caller's command comes due while the caller waits on
+// the socket: the caller fires it itself, the loop thread sleeping on.
+TEST(CallerPoll, PollingCallerFiresTheTimersItArmed) {
+  EventLoop loop(0);
+  loop.start();
+  WatchedSocket sock(loop);
+  let_loop_sleep(loop);
+  BlockingSlot slot;
+  RecordingTimer t;
+  t.slot = &slot;
+  ASSERT_TRUE(loop.post(
+      [&] {
+        const uint64_t now = now_ns();
+        loop.arm_timer(&t.timer, now + 5 * kNsPerMs, now);
+      },
+      false));
+  {
+    Watchdog dog("the timer armed by the polling caller", 10);
+    EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
+  }
+  EXPECT_EQ(t.fired_on, std::this_thread::get_id());
+  loop.run_sync([&] { loop.stop_timer(&t.timer); });
+}
+
+// The caller's operation ends before a timer it armed is due: the wake
+// timer hands that timer to the loop thread, which fires it.
+TEST(CallerPoll, TimerStillArmedWhenTheCallerLeavesFiresOnTheLoopThread) {
+  EventLoop loop(0);
+  loop.start();
+  WatchedSocket sock(loop);
+  let_loop_sleep(loop);
+  BlockingSlot slot;
+  sock.slot.store(&slot);
+  RecordingTimer t;
+  ASSERT_TRUE(loop.post(
+      [&] {
+        const uint64_t now = now_ns();
+        loop.arm_timer(&t.timer, now + 40 * kNsPerMs, now);
+      },
+      false));
+  sock.send_later(5);
+  {
+    Watchdog dog("the datagram read by the polling caller", 10);
+    EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
+  }
+  EXPECT_FALSE(t.fired.load());
+  {
+    Watchdog dog("the timer left to the loop thread", 10);
+    while (!t.fired.load())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_NE(t.fired_on, std::this_thread::get_id());
+  loop.run_sync([&] { loop.stop_timer(&t.timer); });
 }

@@ -1,0 +1,160 @@
+// A blocking caller waits on the engine's socket itself (EventLoop::run_here_and_wait).
+//
+// The loop thread sleeps in libev's epoll_wait. If the caller slept on the
+// socket beside it, every datagram would wake both. So libev watches an
+// epoll set holding only the socket (watch_socket), and a waiting caller
+// masks the socket in that set: the datagram then wakes the caller alone,
+// which runs the socket's handler on the loop's side (it takes loop_mu_, as
+// run_here_or_wake does), and the operation it completes wakes no one.
+#include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "engine/completion_queue.h"
+#include "engine/event_loop.h"
+
+namespace nexar {
+namespace {
+uint32_t epoll_events_of(int ev_events) {
+  return ((ev_events & EV_READ) ? EPOLLIN : 0u) | ((ev_events & EV_WRITE) ? EPOLLOUT : 0u);
+}
+}  // namespace
+
+void EventLoop::watch_socket(int fd, int events, std::function<void(int)> on_ready) {
+  on_socket_ = std::move(on_ready);
+  {
+    std::lock_guard<std::mutex> g(lend_mu_);
+    const uint32_t wanted = epoll_events_of(events);
+    epoll_event ev{};
+    ev.events = lent_ ? 0 : wanted;
+    ev.data.fd = fd;
+    if (socket_fd_ >= 0 && socket_fd_ != fd)
+      epoll_ctl(socket_set_.get(), EPOLL_CTL_DEL, socket_fd_, nullptr);
+    const int op = socket_fd_ == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(socket_set_.get(), op, fd, &ev) != 0) {
+      LOG_ERROR("cannot watch the engine's socket: epoll_ctl: %s", strerror(errno));
+      socket_fd_ = -1;
+      return;
+    }
+    socket_fd_ = fd;
+    socket_events_ = wanted;
+  }
+  if (!ev_is_active(&socket_set_io_)) watch_io(&socket_set_io_, socket_set_.get(), EV_READ);
+}
+
+void EventLoop::unwatch_socket() {
+  ev_io_stop(loop_, &socket_set_io_);
+  std::lock_guard<std::mutex> g(lend_mu_);
+  if (socket_fd_ >= 0) epoll_ctl(socket_set_.get(), EPOLL_CTL_DEL, socket_fd_, nullptr);
+  socket_fd_ = -1;
+  socket_events_ = 0;
+  on_socket_ = nullptr;
+}
+
+void EventLoop::on_socket_set(struct ev_loop *, ev_io *w, int) {
+  auto *self = static_cast<EventLoop *>(w->data);
+  // The set is reported readable only while the socket is ready for what is
+  // watched (the kernel polls the socket again when libev asks): no need to
+  // ask the set which event it was.
+  if (self->socket_fd_ < 0 || !self->on_socket_) return;
+  self->on_socket_(EV_READ | ((self->socket_events_ & EPOLLOUT) ? EV_WRITE : 0));
+}
+
+bool EventLoop::lend_socket(int *fd) {
+  if (!socket_set_.valid() || !borrower_wake_.valid()) return false;
+  std::lock_guard<std::mutex> g(lend_mu_);
+  if (lent_ || socket_fd_ < 0) return false;
+  // No events: epoll_ctl adds EPOLLERR and EPOLLHUP, and a datagram's
+  // wake-up (EPOLLIN) then passes the set by.
+  epoll_event ev{};
+  ev.data.fd = socket_fd_;
+  if (epoll_ctl(socket_set_.get(), EPOLL_CTL_MOD, socket_fd_, &ev) != 0) return false;
+  lent_ = true;
+  *fd = socket_fd_;
+  return true;
+}
+
+void EventLoop::return_socket() {
+  std::lock_guard<std::mutex> g(lend_mu_);
+  lent_ = false;
+  if (socket_fd_ < 0) return;
+  // If a datagram came after the caller's last read, the set is ready at
+  // once and wakes the loop thread: nothing is left unread.
+  epoll_event ev{};
+  ev.events = socket_events_;
+  ev.data.fd = socket_fd_;
+  if (epoll_ctl(socket_set_.get(), EPOLL_CTL_MOD, socket_fd_, &ev) != 0) {
+    LOG_ERROR("cannot watch the engine's socket again: epoll_ctl: %s", strerror(errno));
+    wake();
+  }
+}
+
+Status EventLoop::wait_on_socket(BlockingSlot &slot, int fd, uint64_t due) {
+  bool borrowing = true;
+  while (borrowing && slot.begin_poll(borrower_wake_.get())) {
+    short want = POLLIN;
+    {
+      std::lock_guard<std::mutex> g(lend_mu_);
+      if (socket_events_ & EPOLLOUT) want |= POLLOUT;
+    }
+    pollfd fds[2] = {{fd, want, 0}, {borrower_wake_.get(), POLLIN, 0}};
+    // Until the next timer a caller armed (ngtcp2's pacing is often a few
+    // microseconds away), else unbounded like the slot's own wait: the
+    // operation's deadline is a timer too, which completes the slot and so
+    // writes the eventfd.
+    timespec rel;
+    const timespec *timeout = nullptr;
+    if (due != UINT64_MAX) {
+      const uint64_t now = now_ns();
+      const uint64_t left = due > now ? due - now : 0;
+      rel.tv_sec = static_cast<time_t>(left / 1000000000ull);
+      rel.tv_nsec = static_cast<long>(left % 1000000000ull);
+      timeout = &rel;
+    }
+    const int n = ppoll(fds, 2, timeout, nullptr);
+    const bool pending = slot.end_poll();
+    if (fds[1].revents & POLLIN) {
+      uint64_t count;
+      const ssize_t r = read(borrower_wake_.get(), &count, sizeof count);
+      (void)r;  // a completion racing with end_poll may write again: harmless
+    }
+    if (!pending) break;
+    if (n < 0 && errno != EINTR) break;
+    const short ready = n > 0 ? fds[0].revents : 0;
+    if (ready || (due != UINT64_MAX && now_ns() >= due)) borrowing = run_borrowed(fd, ready, &due);
+  }
+  return_socket();
+  leave_timers_to_loop();
+  return slot.wait(0);  // returns at once if done
+}
+
+bool EventLoop::run_borrowed(int fd, short poll_revents, uint64_t *due) {
+  if (poll_revents & POLLNVAL) return false;
+  std::unique_lock<std::mutex> side(loop_mu_);  // the loop thread sleeps soon if awake
+  // Stopped, or the socket was closed or replaced meanwhile.
+  if (!in_poll_ || socket_fd_ != fd || !on_socket_) return false;
+  const int events = ((poll_revents & (POLLIN | POLLERR | POLLHUP)) ? EV_READ : 0) |
+                     ((poll_revents & POLLOUT) ? EV_WRITE : 0);
+  const bool wake_now = run_as_loop([&] {
+    if (events) on_socket_(events);
+    fire_due_caller_timers(now_ns());
+  });
+  // A woken loop thread sees every timer itself.
+  *due = wake_now ? UINT64_MAX : caller_timers_due();
+  side.unlock();
+  if (wake_now) wake();
+  return true;
+}
+
+void EventLoop::leave_timers_to_loop() {
+  // Held by the loop thread, which is awake and sees every timer, or by
+  // another caller, which fires them itself or arms the wake timer for all
+  // of them as it leaves.
+  std::unique_lock<std::mutex> side(loop_mu_, std::try_to_lock);
+  if (!side.owns_lock() || !in_poll_) return;
+  arm_wake_timer(caller_timers_due());
+}
+
+}  // namespace nexar
