@@ -24,48 +24,69 @@ uint32_t epoll_events_of(int ev_events) {
 
 void EventLoop::watch_socket(int fd, int events, std::function<void(int)> on_ready) {
   on_socket_ = std::move(on_ready);
+  rewatch_socket(fd, events);
+}
+
+void EventLoop::rewatch_socket(int fd, int events) {
   {
     std::lock_guard<std::mutex> g(lend_mu_);
     const uint32_t wanted = epoll_events_of(events);
-    epoll_event ev{};
-    ev.events = lent_ ? 0 : wanted;
-    ev.data.fd = fd;
-    if (socket_fd_ >= 0 && socket_fd_ != fd)
-      epoll_ctl(socket_set_.get(), EPOLL_CTL_DEL, socket_fd_, nullptr);
-    const int op = socket_fd_ == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (epoll_ctl(socket_set_.get(), op, fd, &ev) != 0) {
-      LOG_ERROR("cannot watch the engine's socket: epoll_ctl: %s", strerror(errno));
-      socket_fd_ = -1;
-      return;
+    if (!socket_watched_directly_) {
+      epoll_event ev{};
+      ev.events = lent_ ? 0 : wanted;
+      ev.data.fd = fd;
+      if (socket_fd_ >= 0 && socket_fd_ != fd)
+        epoll_ctl(socket_set_.get(), EPOLL_CTL_DEL, socket_fd_, nullptr);
+      const int op = socket_fd_ == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+      if (epoll_ctl(socket_set_.get(), op, fd, &ev) != 0) {
+        // Out of descriptors or memory: libev watches the socket itself, and
+        // callers sleep on their slots as before.
+        LOG_WARN(
+            "the engine's socket is watched without its own epoll set (%s): blocking "
+            "calls will not wait on it themselves",
+            socket_set_.valid() ? strerror(errno) : "epoll_create1 failed");
+        if (socket_fd_ >= 0) epoll_ctl(socket_set_.get(), EPOLL_CTL_DEL, socket_fd_, nullptr);
+        socket_watched_directly_ = true;
+      }
     }
     socket_fd_ = fd;
     socket_events_ = wanted;
   }
-  if (!ev_is_active(&socket_set_io_)) watch_io(&socket_set_io_, socket_set_.get(), EV_READ);
+  if (socket_watched_directly_) {
+    watch_io(&socket_set_io_, fd, events);
+  } else if (!ev_is_active(&socket_set_io_)) {
+    watch_io(&socket_set_io_, socket_set_.get(), EV_READ);
+  }
 }
 
 void EventLoop::unwatch_socket() {
   ev_io_stop(loop_, &socket_set_io_);
   std::lock_guard<std::mutex> g(lend_mu_);
-  if (socket_fd_ >= 0) epoll_ctl(socket_set_.get(), EPOLL_CTL_DEL, socket_fd_, nullptr);
+  if (socket_fd_ >= 0 && !socket_watched_directly_)
+    epoll_ctl(socket_set_.get(), EPOLL_CTL_DEL, socket_fd_, nullptr);
   socket_fd_ = -1;
   socket_events_ = 0;
-  on_socket_ = nullptr;
+  // on_socket_ stays: this may run inside it. socket_fd_ < 0 keeps it from
+  // being called again.
 }
 
-void EventLoop::on_socket_set(struct ev_loop *, ev_io *w, int) {
+void EventLoop::on_socket_set(struct ev_loop *, ev_io *w, int revents) {
   auto *self = static_cast<EventLoop *>(w->data);
+  if (self->socket_fd_ < 0 || !self->on_socket_) return;
+  if (self->socket_watched_directly_) {
+    self->on_socket_(revents);
+    return;
+  }
   // The set is reported readable only while the socket is ready for what is
   // watched (the kernel polls the socket again when libev asks): no need to
   // ask the set which event it was.
-  if (self->socket_fd_ < 0 || !self->on_socket_) return;
   self->on_socket_(EV_READ | ((self->socket_events_ & EPOLLOUT) ? EV_WRITE : 0));
 }
 
 bool EventLoop::lend_socket(int *fd) {
-  if (!socket_set_.valid() || !borrower_wake_.valid()) return false;
+  if (!borrower_wake_.valid()) return false;
   std::lock_guard<std::mutex> g(lend_mu_);
-  if (lent_ || socket_fd_ < 0) return false;
+  if (lent_ || socket_fd_ < 0 || socket_watched_directly_) return false;
   // No events: epoll_ctl adds EPOLLERR and EPOLLHUP, and a datagram's
   // wake-up (EPOLLIN) then passes the set by.
   epoll_event ev{};
@@ -79,7 +100,7 @@ bool EventLoop::lend_socket(int *fd) {
 void EventLoop::return_socket() {
   std::lock_guard<std::mutex> g(lend_mu_);
   lent_ = false;
-  if (socket_fd_ < 0) return;
+  if (socket_fd_ < 0 || socket_watched_directly_) return;
   // If a datagram came after the caller's last read, the set is ready at
   // once and wakes the loop thread: nothing is left unread.
   epoll_event ev{};

@@ -76,6 +76,8 @@ class EventLoop {
   // epoll_wait. on_ready gets EV_READ, and EV_WRITE while EV_WRITE is
   // watched.
   void watch_socket(int fd, int events, std::function<void(int revents)> on_ready);
+  // Changes what is watched, keeping the handler (which may be running).
+  void rewatch_socket(int fd, int events);
   void unwatch_socket();
   // Loop side: every timer and I/O watcher of the loop is (re)started here,
   // so that a caller running commands (run_here_or_wake) learns what the
@@ -171,6 +173,9 @@ class EventLoop {
   int socket_fd_ = -1;
   uint32_t socket_events_ = 0;  // what the loop side watches, as epoll events
   bool lent_ = false;           // a caller in run_here_and_wait masks the socket in the set
+  // No set (epoll_create1 or epoll_ctl failed): libev watches the socket
+  // itself through socket_set_io_, and no caller borrows it.
+  bool socket_watched_directly_ = false;
   // An eventfd: BlockingSlot::complete() wakes a caller polling in run_here_and_wait.
   UniqueFd borrower_wake_;
   std::mutex mu_;

@@ -61,7 +61,10 @@ Status QuicEndpoint::started(Status opened) {
         "net.core.rmem_max and net.core.wmem_max to %zu or more (they cap processes without "
         "CAP_NET_ADMIN)",
         rcvbuf >> 10, kBbrMinReceiveBuffer >> 10, kBbrMinReceiveBuffer);
-  watch_socket(EV_READ);
+  loop_->watch_socket(socket_.fd(), EV_READ, [this](int revents) {
+    if (revents & EV_WRITE) flush_pending();
+    if (revents & EV_READ) read_socket();
+  });
   reading_ = true;
   return opened;
 }
@@ -132,13 +135,6 @@ void QuicEndpoint::shutdown(const Status &why) {
     loop_->unwatch_socket();
     reading_ = false;
   }
-}
-
-void QuicEndpoint::watch_socket(int events) {
-  loop_->watch_socket(socket_.fd(), events, [this](int revents) {
-    if (revents & EV_WRITE) flush_pending();
-    if (revents & EV_READ) read_socket();
-  });
 }
 
 void QuicEndpoint::read_socket() {
@@ -281,7 +277,7 @@ void QuicEndpoint::transmit(const SocketAddress &to, const uint8_t *buf, const s
     if (i >= sent) pending_.push_back({to, std::vector<uint8_t>(buf + off, buf + off + sizes[i])});
     off += sizes[i];
   }
-  if (reading_) watch_socket(EV_READ | EV_WRITE);
+  if (reading_) loop_->rewatch_socket(socket_.fd(), EV_READ | EV_WRITE);
 }
 
 void QuicEndpoint::flush_pending() {
@@ -291,7 +287,7 @@ void QuicEndpoint::flush_pending() {
     if (!socket_.send_packets(pending_[i].to, pending_[i].bytes.data(), &sz, 1, &sent)) break;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(i));
-  if (pending_.empty() && reading_) watch_socket(EV_READ);
+  if (pending_.empty() && reading_) loop_->rewatch_socket(socket_.fd(), EV_READ);
 }
 
 bool QuicEndpoint::flush() {

@@ -111,8 +111,6 @@ class QuicEndpoint {
  private:
   // After the socket is open: warns about a small buffer, starts reading.
   Status started(Status opened);
-  // (Re)starts the loop's watch of the socket (EventLoop::watch_socket).
-  void watch_socket(int events);
   void read_socket();
   void handle_datagram(const SocketAddress &from, const uint8_t *data, size_t len, uint64_t ts);
   // A client Initial nothing routes: admits it as a new server connection,

@@ -368,3 +368,33 @@ TEST(CallerPoll, TimerStillArmedWhenTheCallerLeavesFiresOnTheLoopThread) {
   EXPECT_NE(t.fired_on, std::this_thread::get_id());
   loop.run_sync([&] { loop.stop_timer(&t.timer); });
 }
+
+// A descriptor the set cannot hold (epoll refuses regular files, as it
+// would any descriptor when out of memory): libev watches it itself, and a
+// blocking caller sleeps on its slot instead of borrowing it.
+TEST(CallerPoll, DescriptorTheSetRefusesIsWatchedDirectly) {
+  char path[] = "/tmp/nexar-caller-poll-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  unlink(path);
+  EventLoop loop(0);
+  loop.start();
+  BlockingSlot slot;
+  std::atomic<bool> ran_on_loop{false};
+  loop.run_sync([&] {
+    loop.watch_socket(fd, EV_READ, [&](int) {
+      // libev reports a regular file ready on every pass: once is enough.
+      loop.unwatch_socket();
+      ran_on_loop.store(loop.on_loop_thread());
+      slot.complete(Status());
+    });
+  });
+  ASSERT_TRUE(loop.post([] {}, false));
+  {
+    Watchdog dog("the handler of a descriptor watched directly", 10);
+    EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
+  }
+  EXPECT_TRUE(ran_on_loop.load());
+  loop.stop();
+  close(fd);
+}
