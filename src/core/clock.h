@@ -14,4 +14,12 @@ inline uint64_t now_ns() {
 
 constexpr uint64_t kNsPerMs = 1000000ull;
 
+// A now_ns() reading (or a span of nanoseconds) as a timespec.
+inline timespec timespec_of_ns(uint64_t ns) {
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(ns / 1000000000ull);
+  ts.tv_nsec = static_cast<long>(ns % 1000000000ull);
+  return ts;
+}
+
 }  // namespace nexar

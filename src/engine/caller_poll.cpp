@@ -5,7 +5,7 @@
 // epoll set holding only the socket (watch_socket), and a waiting caller
 // masks the socket in that set: the datagram then wakes the caller alone,
 // which runs the socket's handler on the loop's side (it takes loop_mu_, as
-// run_here_or_wake does), and the operation it completes wakes no one.
+// running its command did), and the operation it completes wakes no one.
 #include <poll.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -24,43 +24,47 @@ uint32_t epoll_events_of(int ev_events) {
 
 void EventLoop::watch_socket(int fd, int events, std::function<void(int)> on_ready) {
   on_socket_ = std::move(on_ready);
-  rewatch_socket(fd, events);
-}
-
-void EventLoop::rewatch_socket(int fd, int events) {
   {
     std::lock_guard<std::mutex> g(lend_mu_);
-    const uint32_t wanted = epoll_events_of(events);
-    if (!socket_watched_directly_) {
-      epoll_event ev{};
-      ev.events = lent_ ? 0 : wanted;
-      ev.data.fd = fd;
-      if (socket_fd_ >= 0 && socket_fd_ != fd)
-        epoll_ctl(socket_set_.get(), EPOLL_CTL_DEL, socket_fd_, nullptr);
-      const int op = socket_fd_ == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-      if (epoll_ctl(socket_set_.get(), op, fd, &ev) != 0) {
-        // Out of descriptors or memory: libev watches the socket itself, and
-        // callers sleep on their slots as before.
-        LOG_WARN(
-            "the engine's socket is watched without its own epoll set (%s): blocking "
-            "calls will not wait on it themselves",
-            socket_set_.valid() ? strerror(errno) : "epoll_create1 failed");
-        if (socket_fd_ >= 0) epoll_ctl(socket_set_.get(), EPOLL_CTL_DEL, socket_fd_, nullptr);
-        socket_watched_directly_ = true;
-      }
-    }
     socket_fd_ = fd;
-    socket_events_ = wanted;
+    socket_events_ = epoll_events_of(events);
+    epoll_event ev{};
+    ev.events = socket_events_;
+    ev.data.fd = fd;
+    if (!socket_watched_directly_ && epoll_ctl(socket_set_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      // Out of descriptors or memory: libev watches the socket itself, and
+      // callers sleep on their slots as before.
+      LOG_WARN(
+          "the engine's socket is watched without its own epoll set (%s): blocking calls "
+          "will not wait on it themselves",
+          socket_set_.valid() ? strerror(errno) : "epoll_create1 failed");
+      socket_watched_directly_ = true;
+    }
   }
   if (socket_watched_directly_) {
-    watch_io(&socket_set_io_, fd, events);
-  } else if (!ev_is_active(&socket_set_io_)) {
-    watch_io(&socket_set_io_, socket_set_.get(), EV_READ);
+    watch_io(&socket_io_, fd, events);
+  } else {
+    watch_io(&socket_io_, socket_set_.get(), EV_READ);
   }
+}
+
+void EventLoop::rewatch_socket(int events) {
+  if (socket_watched_directly_) {
+    watch_io(&socket_io_, socket_fd_, events);
+    return;
+  }
+  std::lock_guard<std::mutex> g(lend_mu_);
+  socket_events_ = epoll_events_of(events);
+  if (lent_) return;  // return_socket applies it
+  epoll_event ev{};
+  ev.events = socket_events_;
+  ev.data.fd = socket_fd_;
+  if (epoll_ctl(socket_set_.get(), EPOLL_CTL_MOD, socket_fd_, &ev) != 0)
+    LOG_ERROR("cannot change the watch of the engine's socket: epoll_ctl: %s", strerror(errno));
 }
 
 void EventLoop::unwatch_socket() {
-  ev_io_stop(loop_, &socket_set_io_);
+  ev_io_stop(loop_, &socket_io_);
   std::lock_guard<std::mutex> g(lend_mu_);
   if (socket_fd_ >= 0 && !socket_watched_directly_)
     epoll_ctl(socket_set_.get(), EPOLL_CTL_DEL, socket_fd_, nullptr);
@@ -129,9 +133,7 @@ Status EventLoop::wait_on_socket(BlockingSlot &slot, int fd, uint64_t due) {
     const timespec *timeout = nullptr;
     if (due != UINT64_MAX) {
       const uint64_t now = now_ns();
-      const uint64_t left = due > now ? due - now : 0;
-      rel.tv_sec = static_cast<time_t>(left / 1000000000ull);
-      rel.tv_nsec = static_cast<long>(left % 1000000000ull);
+      rel = timespec_of_ns(due > now ? due - now : 0);
       timeout = &rel;
     }
     const int n = ppoll(fds, 2, timeout, nullptr);

@@ -8,8 +8,6 @@
 
 #include <chrono>
 
-#include "core/clock.h"
-
 namespace nexar {
 namespace {
 thread_local int t_callback_depth = 0;

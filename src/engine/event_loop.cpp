@@ -36,8 +36,8 @@ EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
   wake_timer_io_.data = this;
   if (wake_timer_.valid()) ev_io_start(loop_, &wake_timer_io_);
   socket_set_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
-  ev_init(&socket_set_io_, &EventLoop::on_socket_set);
-  socket_set_io_.data = this;
+  ev_init(&socket_io_, &EventLoop::on_socket_set);
+  socket_io_.data = this;
   borrower_wake_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }
 
@@ -105,10 +105,6 @@ void EventLoop::wake_unless_spinning() {
   if (!spinning_.load()) wake();
 }
 
-bool EventLoop::run_here_or_wake() {
-  return run_here(nullptr);
-}
-
 Status EventLoop::run_here_and_wait(BlockingSlot &slot, uint32_t spin_us) {
   int fd = -1;
   uint64_t due = UINT64_MAX;
@@ -134,12 +130,12 @@ bool EventLoop::run_here(int *lend_fd, uint64_t *due) {
   }
   // Before the command runs: a reply may come while it still runs, and must
   // not wake the loop thread then either.
-  if (lend_fd && !lend_socket(lend_fd)) *lend_fd = -1;
+  if (!lend_socket(lend_fd)) *lend_fd = -1;
   const bool wake_now = run_as_loop([this] { drain_commands(); });
   if (!wake_now) {
     // A borrowing caller fires the due timers itself while it waits, and
     // hands the rest to the wake timer when it leaves.
-    if (lend_fd && *lend_fd >= 0) {
+    if (*lend_fd >= 0) {
       *due = caller_timers_due();
     } else {
       arm_wake_timer(caller_timers_due());
@@ -171,14 +167,12 @@ uint64_t EventLoop::caller_timers_due() const {
 }
 
 void EventLoop::fire_due_caller_timers(uint64_t now) {
-  std::vector<ev_timer *> due;
-  for (const auto &[t, at] : caller_timers_)
-    if (at <= now) due.push_back(t);
-  for (ev_timer *t : due) {
-    // An earlier callback may have stopped or re-armed it.
+  // Looked up afresh after each callback, which may stop or re-arm timers.
+  for (;;) {
     auto it = std::find_if(caller_timers_.begin(), caller_timers_.end(),
-                           [t](const auto &e) { return e.first == t; });
-    if (it == caller_timers_.end() || it->second > now) continue;
+                           [now](const auto &e) { return e.second <= now; });
+    if (it == caller_timers_.end()) return;
+    ev_timer *t = it->first;
     caller_timers_.erase(it);
     ev_timer_stop(loop_, t);
     ev_invoke(loop_, t, EV_TIMER);
@@ -188,8 +182,7 @@ void EventLoop::fire_due_caller_timers(uint64_t now) {
 void EventLoop::arm_wake_timer(uint64_t due_ns) {
   if (due_ns >= wake_timer_due_ns_) return;  // it wakes by then already (or nothing is due)
   itimerspec at{};
-  at.it_value.tv_sec = static_cast<time_t>(due_ns / 1000000000ull);
-  at.it_value.tv_nsec = static_cast<long>(due_ns % 1000000000ull);
+  at.it_value = timespec_of_ns(due_ns);
   if (timerfd_settime(wake_timer_.get(), TFD_TIMER_ABSTIME, &at, nullptr) == 0) {
     wake_timer_due_ns_ = due_ns;
   } else {

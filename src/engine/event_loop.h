@@ -6,8 +6,8 @@
 //
 // "The loop's side" is whoever holds loop_mu_: the loop thread, except while
 // it sleeps in epoll_wait, when a blocking caller may take it and run its own
-// command there (run_here_or_wake) instead of waking the thread, then wait
-// for its result on the engine's socket itself (run_here_and_wait).
+// command there instead of waking the thread, then wait for its result on the
+// engine's socket itself (run_here_and_wait).
 #pragma once
 
 #include <ev.h>
@@ -51,22 +51,20 @@ class EventLoop {
   void stop();
 
   // Thread-safe: run fn on the loop thread soon. Returns false once stopped.
-  // With wake == false the caller must follow with run_here_or_wake().
+  // With wake == false the caller must follow with run_here_and_wait().
   bool post(Command fn, bool wake = true);
-  // For a caller that is about to block on the result of what it posted
-  // with wake == false. If the loop thread sleeps in epoll, runs the queued
-  // commands and what they make ready on this thread, leaves the loop thread
-  // asleep and returns true: waking it is the largest cost of a small
-  // blocking call (docs/performance.md, "Blocking calls run their command on
-  // the caller's thread"). Otherwise wakes the loop thread and returns false.
-  bool run_here_or_wake();
-  // The same, for a caller that then blocks on slot. Having run its command
-  // here, it waits by polling the socket (watch_socket) itself, taken over
-  // before the command ran, and runs what arrives on the loop's side on this
-  // thread: a reply then costs one wake-up, this thread's, instead of two
-  // (the loop thread's, then the caller's through the slot). Sleeps on the
-  // slot (polling it for spin_us first) when the loop thread was awake, or
-  // another caller has the socket, or none is watched.
+  // For a caller that is about to block on slot, the result of what it
+  // posted with wake == false. If the loop thread sleeps in epoll, runs the
+  // queued commands and what they make ready on this thread and leaves the
+  // loop thread asleep: waking it is the largest cost of a small blocking
+  // call (docs/performance.md, "Blocking calls run their command on the
+  // caller's thread"). Then waits by polling the socket (watch_socket)
+  // itself, taken over before the command ran, and runs what arrives on the
+  // loop's side on this thread: a reply then costs one wake-up, this
+  // thread's, instead of two (the loop thread's, then the caller's through
+  // the slot). Sleeps on the slot (polling it for spin_us first) when the
+  // loop thread was awake, and on the slot alone when another caller has the
+  // socket or none is watched.
   Status run_here_and_wait(BlockingSlot &slot, uint32_t spin_us);
   void wake() { ev_async_send(loop_, &wake_); }
   // Loop side: the engine's socket. libev watches an epoll set of its own
@@ -76,11 +74,11 @@ class EventLoop {
   // epoll_wait. on_ready gets EV_READ, and EV_WRITE while EV_WRITE is
   // watched.
   void watch_socket(int fd, int events, std::function<void(int revents)> on_ready);
-  // Changes what is watched, keeping the handler (which may be running).
-  void rewatch_socket(int fd, int events);
+  // Changes the events watched, keeping the handler (which may be running).
+  void rewatch_socket(int events);
   void unwatch_socket();
   // Loop side: every timer and I/O watcher of the loop is (re)started here,
-  // so that a caller running commands (run_here_or_wake) learns what the
+  // so that a caller running commands (run_here_and_wait) learns what the
   // sleeping loop thread has not seen. arm_timer fires t once at deadline_ns
   // (now_ns() clock; `now` is the caller's reading of it).
   void arm_timer(ev_timer *t, uint64_t deadline_ns, uint64_t now);
@@ -111,10 +109,11 @@ class EventLoop {
   static void acquire_loop(struct ev_loop *loop) noexcept;
   static void on_wake_timer(struct ev_loop *, ev_io *w, int);
   static void on_socket_set(struct ev_loop *, ev_io *w, int);
-  // run_here_or_wake. With lend_fd, lends the socket (lend_socket) first,
-  // and if it did, leaves the timers armed here to the caller (*due: the
-  // earliest) instead of the wake timer.
-  bool run_here(int *lend_fd = nullptr, uint64_t *due = nullptr);
+  // The first half of run_here_and_wait: false if the loop thread was awake
+  // (and is woken). Lends the socket (lend_socket) before the commands run;
+  // if it did, *lend_fd is the socket and *due the earliest timer armed
+  // here, which the caller fires itself, else the wake timer is armed.
+  bool run_here(int *lend_fd, uint64_t *due);
   // Polls the lent socket until slot is done, firing the timers armed by
   // caller runs as they come due (from due on), then gives the socket back
   // and leaves the timers still armed to the wake timer.
@@ -127,10 +126,9 @@ class EventLoop {
   uint64_t caller_timers_due() const;
   void fire_due_caller_timers(uint64_t now);
   // With loop_mu_ held while the loop thread sleeps in epoll: runs work on
-  // the loop's side on this thread, then what it made ready. Arms the wake
-  // timer for the timers armed here; true if the loop thread must wake now
-  // (a watcher changed, or work is left), which the caller does after
-  // unlocking.
+  // the loop's side on this thread, then what it made ready. True if the
+  // loop thread must wake now (a watcher changed, or work is left), which
+  // the caller does after unlocking.
   bool run_as_loop(const std::function<void()> &work);
   void arm_wake_timer(uint64_t due_ns);
   bool lend_socket(int *fd);
@@ -165,16 +163,17 @@ class EventLoop {
   UniqueFd wake_timer_;
   ev_io wake_timer_io_;
   uint64_t wake_timer_due_ns_ = UINT64_MAX;  // UINT64_MAX: disarmed
-  // The socket (watch_socket) and the epoll set that holds it.
+  // The socket (watch_socket), the epoll set that holds it, and libev's
+  // watcher of the set (of the socket itself if socket_watched_directly_).
   UniqueFd socket_set_;
-  ev_io socket_set_io_;
+  ev_io socket_io_;
   std::function<void(int)> on_socket_;  // loop side
   std::mutex lend_mu_;                  // the three below, and the set's registration
   int socket_fd_ = -1;
   uint32_t socket_events_ = 0;  // what the loop side watches, as epoll events
   bool lent_ = false;           // a caller in run_here_and_wait masks the socket in the set
   // No set (epoll_create1 or epoll_ctl failed): libev watches the socket
-  // itself through socket_set_io_, and no caller borrows it.
+  // itself through socket_io_, and no caller borrows it.
   bool socket_watched_directly_ = false;
   // An eventfd: BlockingSlot::complete() wakes a caller polling in run_here_and_wait.
   UniqueFd borrower_wake_;

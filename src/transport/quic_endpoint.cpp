@@ -277,7 +277,7 @@ void QuicEndpoint::transmit(const SocketAddress &to, const uint8_t *buf, const s
     if (i >= sent) pending_.push_back({to, std::vector<uint8_t>(buf + off, buf + off + sizes[i])});
     off += sizes[i];
   }
-  if (reading_) loop_->rewatch_socket(socket_.fd(), EV_READ | EV_WRITE);
+  if (reading_) loop_->rewatch_socket(EV_READ | EV_WRITE);
 }
 
 void QuicEndpoint::flush_pending() {
@@ -287,7 +287,7 @@ void QuicEndpoint::flush_pending() {
     if (!socket_.send_packets(pending_[i].to, pending_[i].bytes.data(), &sz, 1, &sent)) break;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(i));
-  if (pending_.empty() && reading_) loop_->rewatch_socket(socket_.fd(), EV_READ);
+  if (pending_.empty() && reading_) loop_->rewatch_socket(EV_READ);
 }
 
 bool QuicEndpoint::flush() {

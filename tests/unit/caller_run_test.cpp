@@ -1,7 +1,7 @@
 // A blocking caller runs its own command on the loop's side while the loop
-// thread sleeps in epoll (EventLoop::run_here_or_wake), the loop thread wakes
-// by the deadline of a timer armed there (the wake timer), and the caller
-// then waits for its result on the socket itself (EventLoop::run_here_and_wait).
+// thread sleeps in epoll, the loop thread wakes by the deadline of a timer
+// armed there (the wake timer), and the caller then waits for its result on
+// the socket itself (EventLoop::run_here_and_wait).
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,7 +20,7 @@ using namespace nexar;
 
 namespace {
 
-// Returns once an empty command ran on this thread: the loop thread was
+// Returns once a probe command ran on this thread: the loop thread was
 // asleep in epoll then, and still is (a command that arms nothing leaves it
 // asleep). A probe the woken loop thread ran instead is waited for, and the
 // next one tried a little later.
@@ -28,13 +28,15 @@ void let_loop_sleep(EventLoop &loop) {
   const std::thread::id me = std::this_thread::get_id();
   for (int tries = 0; tries < 1000; ++tries) {
     std::atomic<bool> here{false};
-    ASSERT_TRUE(loop.post([&] { here.store(std::this_thread::get_id() == me); }, false));
-    const bool ran_here = loop.run_here_or_wake();
-    if (here.load()) {
-      ASSERT_TRUE(ran_here);
-      return;
-    }
-    loop.run_sync([] {});
+    BlockingSlot probe;
+    ASSERT_TRUE(loop.post(
+        [&] {
+          here.store(std::this_thread::get_id() == me);
+          probe.complete(Status());
+        },
+        false));
+    ASSERT_TRUE(loop.run_here_and_wait(probe, 0).ok());
+    if (here.load()) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   FAIL() << "the loop thread never fell asleep in epoll";
@@ -62,6 +64,34 @@ class Watchdog {
   std::thread thread_;
 };
 
+// A one-shot timer whose callback records the thread it ran on and
+// completes a slot, if one is set.
+struct RecordingTimer {
+  ev_timer timer;
+  std::atomic<bool> fired{false};
+  std::thread::id fired_on;
+  BlockingSlot *slot = nullptr;
+  RecordingTimer() {
+    ev_init(&timer, [](struct ev_loop *, ev_timer *w, int) {
+      auto *self = static_cast<RecordingTimer *>(w->data);
+      self->fired_on = std::this_thread::get_id();
+      self->fired.store(true);
+      if (self->slot) self->slot->complete(Status());
+    });
+    timer.data = this;
+  }
+};
+
+// Posts a command (for run_here_and_wait) that arms t to fire in `ms`.
+void post_arming(EventLoop &loop, RecordingTimer &t, uint64_t ms) {
+  ASSERT_TRUE(loop.post(
+      [&loop, &t, ms] {
+        const uint64_t now = now_ns();
+        loop.arm_timer(&t.timer, now + ms * kNsPerMs, now);
+      },
+      false));
+}
+
 }  // namespace
 
 TEST(CallerRun, CommandRunsOnTheCallerWhileTheLoopThreadSleeps) {
@@ -70,13 +100,15 @@ TEST(CallerRun, CommandRunsOnTheCallerWhileTheLoopThreadSleeps) {
   let_loop_sleep(loop);
   std::thread::id ran_on;
   bool looked_like_loop = false;
+  BlockingSlot slot;
   ASSERT_TRUE(loop.post(
       [&] {
         ran_on = std::this_thread::get_id();
         looked_like_loop = loop.on_loop_thread();
+        slot.complete(Status());
       },
       false));
-  EXPECT_TRUE(loop.run_here_or_wake());
+  EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
   EXPECT_EQ(ran_on, std::this_thread::get_id());
   EXPECT_TRUE(looked_like_loop);
   EXPECT_FALSE(loop.on_loop_thread());
@@ -94,51 +126,47 @@ TEST(CallerRun, BusyLoopThreadRunsTheCommandItself) {
   }));
   while (!busy.load())
     std::this_thread::yield();
-  std::atomic<bool> ran{false};
   std::thread::id ran_on;
+  BlockingSlot slot;
   ASSERT_TRUE(loop.post(
       [&] {
         ran_on = std::this_thread::get_id();
-        ran.store(true);
+        slot.complete(Status());
       },
       false));
-  EXPECT_FALSE(loop.run_here_or_wake());
-  release.store(true);
-  Watchdog dog("the woken loop thread running the command", 10);
-  while (!ran.load())
-    std::this_thread::yield();
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release.store(true);
+  });
+  {
+    Watchdog dog("the woken loop thread running the command", 10);
+    EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
+  }
+  releaser.join();
   EXPECT_NE(ran_on, std::this_thread::get_id());
 }
 
-// The loop thread went to sleep with no timer. A command run here arms one;
-// the wake timer wakes the loop thread by its deadline, which then fires it.
-// Without the wake timer the loop thread would sleep on (libev: up to a
-// minute) and the watchdog would end the test.
+// The loop thread went to sleep with no timer, and no socket is watched, so
+// the caller sleeps on its slot. A command run here arms a timer; the wake
+// timer wakes the loop thread by its deadline, which then fires it. Without
+// the wake timer the loop thread would sleep on (libev: up to a minute) and
+// the watchdog would end the test.
 TEST(CallerRun, TimerArmedHereFiresThroughTheWakeTimer) {
   EventLoop loop(0);
   loop.start();
   let_loop_sleep(loop);
   BlockingSlot slot;
-  ev_timer timer;
-  ev_init(&timer, [](struct ev_loop *, ev_timer *w, int) {
-    static_cast<BlockingSlot *>(w->data)->complete(Status());
-  });
-  timer.data = &slot;
-  uint64_t deadline = 0;
-  ASSERT_TRUE(loop.post(
-      [&] {
-        const uint64_t now = now_ns();
-        deadline = now + 30 * kNsPerMs;
-        loop.arm_timer(&timer, deadline, now);
-      },
-      false));
-  ASSERT_TRUE(loop.run_here_or_wake());
+  RecordingTimer t;
+  t.slot = &slot;
+  const uint64_t start = now_ns();
+  post_arming(loop, t, 30);
   {
     Watchdog dog("the timer armed on the caller's side", 10);
-    EXPECT_TRUE(slot.wait(0).ok());
+    EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
   }
-  EXPECT_GE(now_ns(), deadline);
-  loop.run_sync([&] { ev_timer_stop(loop.raw(), &timer); });
+  EXPECT_GE(now_ns(), start + 30 * kNsPerMs);
+  EXPECT_NE(t.fired_on, std::this_thread::get_id());
+  loop.run_sync([&] { loop.stop_timer(&t.timer); });
 }
 
 // An I/O watcher changed here is seen by the loop thread only after a
@@ -158,10 +186,9 @@ TEST(CallerRun, WatcherChangedHereWakesTheLoopThread) {
   });
   io.data = &slot;
   ASSERT_TRUE(loop.post([&] { loop.watch_io(&io, fds[0], EV_READ); }, false));
-  EXPECT_TRUE(loop.run_here_or_wake());
   {
     Watchdog dog("the readable pipe seen by the loop thread", 10);
-    EXPECT_TRUE(slot.wait(0).ok());
+    EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
   }
   loop.stop();
   close(fds[0]);
@@ -176,28 +203,22 @@ TEST(CallerRun, TimerArmedByACommandThatFinishedHereStillFires) {
   EventLoop loop(0);
   loop.start();
   let_loop_sleep(loop);
-  std::atomic<bool> fired{false};
-  ev_timer timer;
-  ev_init(&timer, [](struct ev_loop *, ev_timer *w, int) {
-    static_cast<std::atomic<bool> *>(w->data)->store(true);
-  });
-  timer.data = &fired;
+  RecordingTimer t;
   BlockingSlot slot;
   ASSERT_TRUE(loop.post(
       [&] {
         const uint64_t now = now_ns();
-        loop.arm_timer(&timer, now + 20 * kNsPerMs, now);
+        loop.arm_timer(&t.timer, now + 20 * kNsPerMs, now);
         slot.complete(Status());
       },
       false));
-  ASSERT_TRUE(loop.run_here_or_wake());
-  EXPECT_TRUE(slot.wait(0).ok());
+  EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
   {
     Watchdog dog("the timer armed by an operation that finished on the caller", 10);
-    while (!fired.load())
+    while (!t.fired.load())
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  loop.run_sync([&] { ev_timer_stop(loop.raw(), &timer); });
+  loop.run_sync([&] { loop.stop_timer(&t.timer); });
 }
 
 namespace {
@@ -240,124 +261,93 @@ struct WatchedSocket {
   }
 };
 
+// A started loop watching a WatchedSocket, asleep in epoll.
+struct SleepingLoop {
+  EventLoop loop{0};
+  WatchedSocket sock{start(loop)};
+  SleepingLoop() { let_loop_sleep(loop); }
+  static EventLoop &start(EventLoop &l) {
+    l.start();
+    return l;
+  }
+};
+
 }  // namespace
 
 // The caller whose command ran here waits on the socket itself: the datagram
 // is read, and its operation completed, on the caller's thread, and the
 // socket goes back to the loop thread afterwards.
 TEST(CallerPoll, WaitHereReadsTheSocketOnTheCallerThenGivesItBack) {
-  EventLoop loop(0);
-  loop.start();
-  WatchedSocket sock(loop);
-  let_loop_sleep(loop);
+  SleepingLoop s;
   BlockingSlot mine;
-  sock.slot.store(&mine);
-  ASSERT_TRUE(loop.post([] {}, false));
-  sock.send_later(20);
+  s.sock.slot.store(&mine);
+  ASSERT_TRUE(s.loop.post([] {}, false));
+  s.sock.send_later(20);
   {
     Watchdog dog("the datagram read by the polling caller", 10);
-    EXPECT_TRUE(loop.run_here_and_wait(mine, 0).ok());
+    EXPECT_TRUE(s.loop.run_here_and_wait(mine, 0).ok());
   }
-  EXPECT_EQ(sock.reads.load(), 1);
-  EXPECT_EQ(sock.read_on, std::this_thread::get_id());
+  EXPECT_EQ(s.sock.reads.load(), 1);
+  EXPECT_EQ(s.sock.read_on, std::this_thread::get_id());
 
   BlockingSlot theirs;
-  sock.slot.store(&theirs);
-  ASSERT_EQ(send(sock.fds[1], "y", 1, 0), 1);
+  s.sock.slot.store(&theirs);
+  ASSERT_EQ(send(s.sock.fds[1], "y", 1, 0), 1);
   {
     Watchdog dog("the datagram read by the loop thread once the socket is back", 10);
     EXPECT_TRUE(theirs.wait(0).ok());
   }
-  EXPECT_EQ(sock.reads.load(), 2);
-  EXPECT_NE(sock.read_on, std::this_thread::get_id());
+  EXPECT_EQ(s.sock.reads.load(), 2);
+  EXPECT_NE(s.sock.read_on, std::this_thread::get_id());
 }
 
 // A caller polling the socket is woken when the loop thread completes its
 // operation (as a peer's failure or another thread's command would), not
 // only by the socket.
 TEST(CallerPoll, CompletionOnTheLoopThreadWakesThePollingCaller) {
-  EventLoop loop(0);
-  loop.start();
-  WatchedSocket sock(loop);
-  let_loop_sleep(loop);
+  SleepingLoop s;
   BlockingSlot slot;
-  ASSERT_TRUE(loop.post([] {}, false));
+  ASSERT_TRUE(s.loop.post([] {}, false));
   std::thread other([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    loop.post([&] { slot.complete(Status(NEXAR_ERR_PEER_FAILED, "peer failed")); });
+    s.loop.post([&] { slot.complete(Status(NEXAR_ERR_PEER_FAILED, "peer failed")); });
   });
   {
     Watchdog dog("the polling caller woken by a completion on the loop thread", 10);
-    EXPECT_EQ(loop.run_here_and_wait(slot, 0).code, NEXAR_ERR_PEER_FAILED);
+    EXPECT_EQ(s.loop.run_here_and_wait(slot, 0).code, NEXAR_ERR_PEER_FAILED);
   }
   other.join();
-  EXPECT_EQ(sock.reads.load(), 0);
+  EXPECT_EQ(s.sock.reads.load(), 0);
 }
-
-namespace {
-// A one-shot timer whose callback records the thread it ran on and
-// completes a slot, if one is set.
-struct RecordingTimer {
-  ev_timer timer;
-  std::atomic<bool> fired{false};
-  std::thread::id fired_on;
-  BlockingSlot *slot = nullptr;
-  RecordingTimer() {
-    ev_init(&timer, [](struct ev_loop *, ev_timer *w, int) {
-      auto *self = static_cast<RecordingTimer *>(w->data);
-      self->fired_on = std::this_thread::get_id();
-      self->fired.store(true);
-      if (self->slot) self->slot->complete(Status());
-    });
-    timer.data = this;
-  }
-};
-}  // namespace
 
 // A timer armed by the caller's command comes due while the caller waits on
 // the socket: the caller fires it itself, the loop thread sleeping on.
 TEST(CallerPoll, PollingCallerFiresTheTimersItArmed) {
-  EventLoop loop(0);
-  loop.start();
-  WatchedSocket sock(loop);
-  let_loop_sleep(loop);
+  SleepingLoop s;
   BlockingSlot slot;
   RecordingTimer t;
   t.slot = &slot;
-  ASSERT_TRUE(loop.post(
-      [&] {
-        const uint64_t now = now_ns();
-        loop.arm_timer(&t.timer, now + 5 * kNsPerMs, now);
-      },
-      false));
+  post_arming(s.loop, t, 5);
   {
     Watchdog dog("the timer armed by the polling caller", 10);
-    EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
+    EXPECT_TRUE(s.loop.run_here_and_wait(slot, 0).ok());
   }
   EXPECT_EQ(t.fired_on, std::this_thread::get_id());
-  loop.run_sync([&] { loop.stop_timer(&t.timer); });
+  s.loop.run_sync([&] { s.loop.stop_timer(&t.timer); });
 }
 
 // The caller's operation ends before a timer it armed is due: the wake
 // timer hands that timer to the loop thread, which fires it.
 TEST(CallerPoll, TimerStillArmedWhenTheCallerLeavesFiresOnTheLoopThread) {
-  EventLoop loop(0);
-  loop.start();
-  WatchedSocket sock(loop);
-  let_loop_sleep(loop);
+  SleepingLoop s;
   BlockingSlot slot;
-  sock.slot.store(&slot);
+  s.sock.slot.store(&slot);
   RecordingTimer t;
-  ASSERT_TRUE(loop.post(
-      [&] {
-        const uint64_t now = now_ns();
-        loop.arm_timer(&t.timer, now + 40 * kNsPerMs, now);
-      },
-      false));
-  sock.send_later(5);
+  post_arming(s.loop, t, 40);
+  s.sock.send_later(5);
   {
     Watchdog dog("the datagram read by the polling caller", 10);
-    EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
+    EXPECT_TRUE(s.loop.run_here_and_wait(slot, 0).ok());
   }
   EXPECT_FALSE(t.fired.load());
   {
@@ -366,7 +356,7 @@ TEST(CallerPoll, TimerStillArmedWhenTheCallerLeavesFiresOnTheLoopThread) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_NE(t.fired_on, std::this_thread::get_id());
-  loop.run_sync([&] { loop.stop_timer(&t.timer); });
+  s.loop.run_sync([&] { s.loop.stop_timer(&t.timer); });
 }
 
 // A descriptor the set cannot hold (epoll refuses regular files, as it
@@ -380,12 +370,12 @@ TEST(CallerPoll, DescriptorTheSetRefusesIsWatchedDirectly) {
   EventLoop loop(0);
   loop.start();
   BlockingSlot slot;
-  std::atomic<bool> ran_on_loop{false};
+  std::thread::id ran_on;
   loop.run_sync([&] {
     loop.watch_socket(fd, EV_READ, [&](int) {
       // libev reports a regular file ready on every pass: once is enough.
       loop.unwatch_socket();
-      ran_on_loop.store(loop.on_loop_thread());
+      ran_on = std::this_thread::get_id();
       slot.complete(Status());
     });
   });
@@ -394,7 +384,7 @@ TEST(CallerPoll, DescriptorTheSetRefusesIsWatchedDirectly) {
     Watchdog dog("the handler of a descriptor watched directly", 10);
     EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
   }
-  EXPECT_TRUE(ran_on_loop.load());
+  EXPECT_NE(ran_on, std::this_thread::get_id());
   loop.stop();
   close(fd);
 }
