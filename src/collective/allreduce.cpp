@@ -13,13 +13,18 @@
 //   Bit-identical results: both partners compute (lower half op upper half),
 //   where "lower" holds the data of lower real ranks, so every rank evaluates
 //   the same reduction tree with the same operands in the same order.
-// * Direct exchange (small vectors, up to kDirectMaxBytes, when p - 1 is
-//   fewer than recursive doubling's sequential steps: in practice p = 3).
-//   One round: every rank sends its vector to each of the others at once and
-//   reduces all p vectors in rank order (the same tree on every rank:
-//   bit-identical). Cost: alpha + (p-1) n beta + (p-1) n gamma, and p n
-//   bytes of scratch; recursive doubling pays the fold's two extra steps in
-//   sequence.
+// * Star (small vectors, up to kStarMaxBytes, on 3 to kStarMaxWorld ranks;
+//   with 2, recursive doubling's one exchange is one step).
+//   Every other rank sends its vector to rank 0, which reduces all p in rank
+//   order and sends the result back: the same bytes everywhere. Cost:
+//   2 alpha + 2 (p-1) n beta at the root + (p-1) n gamma, 2 (p-1) messages
+//   in all. When ranks share cores every message costs a wake-up, and the
+//   fewest messages win.
+// * Direct exchange (only when forced). One round: every rank sends its
+//   vector to each of the others at once and reduces all p vectors in rank
+//   order (the same tree on every rank: bit-identical). Cost: alpha + (p-1)
+//   n beta + (p-1) n gamma, p (p-1) messages in all, and p n bytes of
+//   scratch. It was the choice for p = 3 until the star measured faster.
 // * Recursive halving-doubling, Rabenseifner (medium vectors, up to
 //   NEXAR_LARGE_MSG_BYTES). The same fold, then a reduce-scatter by recursive
 //   halving (partners at distance 1, 2, ..., pof2/2; both hold the same
@@ -41,7 +46,7 @@
 // Restrictions: none on p or count (count < p leaves blocks empty; count == 0
 // completes at once); ops are commutative (all NEXAR_OP_* are). In place
 // (sendbuf == recvbuf) works; sendbuf is never written.
-// NEXAR_ALLREDUCE_ALGO=auto|recursive_doubling|halving_doubling|ring|direct forces
+// NEXAR_ALLREDUCE_ALGO=auto|recursive_doubling|halving_doubling|ring|direct|star forces
 // an algorithm (read once per process); any other value fails every
 // allreduce with NEXAR_ERR_INVALID_ARGUMENT naming the variable.
 //
@@ -72,18 +77,17 @@ using sched::step_id;
 // Below this many bytes recursive doubling beats halving-doubling (fewer
 // rounds; the extra bytes do not matter yet).
 constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
-// Up to this many bytes the direct exchange beats recursive doubling where it
-// sends fewer messages than recursive doubling takes steps. Measured with 3
-// processes on 2 cores (docs/collectives.md): 8 B to 16 KiB a sixth to a
-// third faster; 60 KiB level, with a quarter more CPU.
-constexpr uint64_t kDirectMaxBytes = 16 << 10;
-
-// Sequential steps of recursive doubling on p ranks: log2 of the power-of-two
-// group, plus the fold in and out when p is not a power of two.
-uint32_t recursive_doubling_steps(uint32_t p) {
-  const sched::Fold f(p);
-  return sched::log2_floor(f.pof2) + (f.rem ? 2 : 0);
-}
+// Up to this many bytes and ranks, the star (gather at rank 0, release with
+// the result) beats recursive doubling and the direct exchange: it sends
+// 2 (p-1) messages in two steps, against p log2(pof2) and p (p-1). The same
+// rule as the barrier's two-phase. Measured with processes on 2 cores
+// (docs/collectives.md), 8 B to 16 KiB: about half of recursive doubling's
+// time on 4 ranks and 0.55 to 0.9 of the direct exchange's on 3, with a
+// third less CPU. Kept to small vectors because the root's link carries
+// (p-1) n each way, and to 4 ranks because the root's work grows with p
+// where recursive doubling's rounds grow with log2 p.
+constexpr uint64_t kStarMaxBytes = 16 << 10;
+constexpr uint32_t kStarMaxWorld = 4;
 
 // Message phases (sched::step_id). Every algorithm's first message is step
 // 0: the fold's messages (between 2i and 2i+1, which never meet in a round)
@@ -92,11 +96,11 @@ uint32_t recursive_doubling_steps(uint32_t p) {
 // different arguments mostly still meet on a message whose check differs and
 // report NEXAR_ERR_MISMATCH instead of timing out.
 constexpr uint32_t kPhaseFoldIn = 0, kPhaseRounds = 0, kPhaseFoldOut = 1, kPhaseGather = 2,
-                   kPhaseRing = 0;
+                   kPhaseRing = 0, kPhaseStarIn = 0, kPhaseStarOut = 1;
 
-enum class Algo { Auto = 0, RecursiveDoubling, HalvingDoubling, Ring, Direct };
-constexpr const char *kAlgoNames[] = {"auto", "recursive_doubling", "halving_doubling", "ring",
-                                      "direct"};
+enum class Algo { Auto = 0, RecursiveDoubling, HalvingDoubling, Ring, Direct, Star };
+constexpr const char *kAlgoNames[] = {
+    "auto", "recursive_doubling", "halving_doubling", "ring", "direct", "star"};
 
 const ForcedChoice &forced() {
   static const ForcedChoice f =
@@ -209,6 +213,33 @@ Task<Status> direct(Coll &c) {
   for (uint32_t r = 2; r < n; ++r)
     reduce_inplace(v.dst, vector_of(r), v.count, v.dtype, v.op);
   co_return Status();
+}
+
+// Rank 0 gathers every vector, reduces them in rank order and sends the
+// result back: the same bytes everywhere, from one evaluation.
+Task<Status> star(Coll &c) {
+  const Vec v = vec_of(c);
+  const uint32_t n = c.size(), me = c.rank();
+  if (me != 0) {
+    Status s = co_await c.send(0, step_id(kPhaseStarIn, 0), v.src, v.bytes);
+    if (!s) co_return s;
+    co_return co_await c.recv(0, step_id(kPhaseStarOut, 0), v.dst, v.bytes);
+  }
+  PooledBuf others = c.pool().checkout(static_cast<size_t>(v.bytes) * (n - 1));
+  auto vector_of = [&](uint32_t r) { return others.data() + size_t{r - 1} * v.bytes; };
+  std::vector<Task<Status>> moves;
+  moves.reserve(n - 1);
+  for (uint32_t r = 1; r < n; ++r)
+    moves.push_back(c.recv(r, step_id(kPhaseStarIn, 0), vector_of(r), v.bytes));
+  Status s = co_await when_all(c.op(), std::move(moves));
+  if (!s) co_return s;
+  reduce_out(v.dst, v.src, vector_of(1), v.count, v.dtype, v.op);
+  for (uint32_t r = 2; r < n; ++r)
+    reduce_inplace(v.dst, vector_of(r), v.count, v.dtype, v.op);
+  moves.clear();
+  for (uint32_t r = 1; r < n; ++r)
+    moves.push_back(c.send(r, step_id(kPhaseStarOut, 0), v.dst, v.bytes));
+  co_return co_await when_all(c.op(), std::move(moves));
 }
 
 Task<Status> halving_doubling(Coll &c) {
@@ -325,8 +356,8 @@ Task<Status> allreduce(Coll &c) {
   if (algo == Algo::Auto) {
     if (v.bytes >= c.config().large_msg_bytes)
       algo = Algo::Ring;
-    else if (v.bytes <= kDirectMaxBytes && c.size() - 1 < recursive_doubling_steps(c.size()))
-      algo = Algo::Direct;
+    else if (v.bytes <= kStarMaxBytes && c.size() >= 3 && c.size() <= kStarMaxWorld)
+      algo = Algo::Star;
     else if (v.bytes < kRecursiveDoublingMaxBytes)
       algo = Algo::RecursiveDoubling;
     else
@@ -339,6 +370,8 @@ Task<Status> allreduce(Coll &c) {
       co_return co_await halving_doubling(c);
     case Algo::Direct:
       co_return co_await direct(c);
+    case Algo::Star:
+      co_return co_await star(c);
     default:
       co_return co_await ring(c);
   }

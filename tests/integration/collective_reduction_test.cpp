@@ -332,7 +332,7 @@ void check_allreduce(const World &w, size_t count, nexar_dtype_t dt, nexar_op_t 
 }
 
 // The thresholds are options: with large_msg_bytes = 256 KiB and 40000-byte
-// segments, 37 elements use the direct exchange (3 ranks) or recursive
+// segments, 37 elements use the star (3 ranks) or recursive
 // doubling (8 ranks), ~100 KiB halving-doubling and ~300 KiB the segmented
 // ring, for every dtype and op.
 TEST(Allreduce, EveryDtypeAndOpOnEveryAlgorithm) {
@@ -474,7 +474,8 @@ TEST(AllreduceUnderEnv, DISABLED_SweepWithTheForcedAlgorithm) {
 }
 
 TEST(Allreduce, ForcedAlgorithms) {
-  for (const char *algo : {"recursive_doubling", "halving_doubling", "ring", "direct", "bogus"}) {
+  for (const char *algo :
+       {"recursive_doubling", "halving_doubling", "ring", "direct", "star", "bogus"}) {
     std::string out;
     const int status =
         run_child(std::string("NEXAR_ALLREDUCE_ALGO=") + algo, "AllreduceUnderEnv.*", &out);
@@ -511,18 +512,20 @@ std::vector<uint64_t> messages_sent_by_allreduce(const World &w, size_t count) {
   return messages;
 }
 
-// Up to 16 KiB on 3 ranks the direct exchange sends one message to each peer
-// in a single step; recursive doubling's fold would take three steps.
-// Above 16 KiB, and on 4 ranks (2 steps < 3 messages), recursive doubling.
-TEST(Allreduce, SmallVectorsOnThreeRanksGoDirect) {
-  World three(3), four(4);
-  ASSERT_TRUE(three.ok() && four.ok());
+// Up to 16 KiB on 3 and 4 ranks every rank sends its vector to rank 0, which
+// sends each the result: 2 (p-1) messages in two steps. Above 16 KiB, and on
+// 2 ranks, recursive doubling (with the fold on 3 ranks).
+TEST(Allreduce, SmallVectorsOnThreeAndFourRanksMeetAtRankZero) {
+  World two(2), three(3), four(4);
+  ASSERT_TRUE(two.ok() && three.ok() && four.ok());
   using Counts = std::vector<uint64_t>;
-  EXPECT_EQ(messages_sent_by_allreduce(three, 1), (Counts{2, 2, 2}));
-  EXPECT_EQ(messages_sent_by_allreduce(three, 4096), (Counts{2, 2, 2}));  // 16 KiB
+  EXPECT_EQ(messages_sent_by_allreduce(three, 1), (Counts{2, 1, 1}));
+  EXPECT_EQ(messages_sent_by_allreduce(three, 4096), (Counts{2, 1, 1}));  // 16 KiB
   // Rank 0 hands its vector to rank 1 and gets the result back from it.
   EXPECT_EQ(messages_sent_by_allreduce(three, 4097), (Counts{1, 2, 1}));
-  EXPECT_EQ(messages_sent_by_allreduce(four, 1), (Counts{2, 2, 2, 2}));
+  EXPECT_EQ(messages_sent_by_allreduce(four, 1), (Counts{3, 1, 1, 1}));
+  EXPECT_EQ(messages_sent_by_allreduce(four, 4097), (Counts{2, 2, 2, 2}));
+  EXPECT_EQ(messages_sent_by_allreduce(two, 1), (Counts{1, 1}));
 }
 
 // ---- reduce_scatter -------------------------------------------------------------
@@ -952,10 +955,10 @@ TEST(Collectives, MissingRankTimesOutInTheRing) {
   }
 }
 
-// The direct exchange (3 ranks, small vector) waits on both peers at once: a
-// rank that never comes makes the others time out, naming the operation; a
-// rank that aborts makes them fail promptly.
-TEST(Collectives, MissingOrAbortingRankEndsTheDirectExchange) {
+// The star (3 ranks, small vector): rank 0 waits on both others at once and
+// rank 1 on rank 0. A rank that never comes makes the others time out, naming
+// the operation; a rank that aborts makes them fail promptly.
+TEST(Collectives, MissingOrAbortingRankEndsTheStar) {
   // Declared before the worlds, so that a failed assertion, which destroys
   // the worlds first, still finds them when pending operations complete.
   Completions timed_out, aborted;
@@ -974,10 +977,11 @@ TEST(Collectives, MissingOrAbortingRankEndsTheDirectExchange) {
     EXPECT_EQ(rec.status, NEXAR_ERR_TIMEOUT) << rec.message;
     EXPECT_NE(rec.message.find("allreduce #1"), std::string::npos) << rec.message;
   }
-  // The direct exchange ran: each rank sent to both peers (recursive
-  // doubling's fold would have sent one message each).
-  EXPECT_EQ(messages_sent(w, 0) - sent_before[0], 2u);
-  EXPECT_EQ(messages_sent(w, 1) - sent_before[1], 2u);
+  // The star ran: rank 1 sent its vector to rank 0, and rank 0, still
+  // missing rank 2's, sent nothing (recursive doubling's fold would have had
+  // rank 0 send its vector to rank 1).
+  EXPECT_EQ(messages_sent(w, 0) - sent_before[0], 0u);
+  EXPECT_EQ(messages_sent(w, 1) - sent_before[1], 1u);
 
   World v(3);
   ASSERT_TRUE(v.ok());
@@ -997,8 +1001,8 @@ TEST(Collectives, MissingOrAbortingRankEndsTheDirectExchange) {
 // Once a peer's abort notice has arrived, operations started later fail at
 // once with NEXAR_ERR_ABORTED naming the operation and that rank, instead of
 // waiting for the aborted rank until their timeout. (A collective submitted
-// just before the abort may start after the notice: the direct-exchange test
-// above hung that way under TSan.)
+// just before the abort may start after the notice: the test above hung that
+// way under TSan.)
 TEST(Collectives, OperationsAfterAPeerAbortedFailAtOnce) {
   Completions done;  // outlives the world, which completes what is pending
   nexar_comm_options_t o = options();
