@@ -190,6 +190,15 @@ Task<Status> recursive_doubling(Coll &c) {
   co_return co_await fold_out(c, f, v);
 }
 
+// dst = vector(0) op vector(1) op ... op vector(n-1), left to right: every
+// rank that evaluates it computes the same bits.
+template <class VectorOf>
+void reduce_in_rank_order(const Vec &v, uint32_t n, VectorOf vector_of) {
+  reduce_out(v.dst, vector_of(0), vector_of(1), v.count, v.dtype, v.op);
+  for (uint32_t r = 2; r < n; ++r)
+    reduce_inplace(v.dst, vector_of(r), v.count, v.dtype, v.op);
+}
+
 Task<Status> direct(Coll &c) {
   const Vec v = vec_of(c);
   const uint32_t n = c.size(), me = c.rank();
@@ -209,9 +218,7 @@ Task<Status> direct(Coll &c) {
   }
   Status s = co_await when_all(c.op(), std::move(moves));
   if (!s) co_return s;
-  reduce_out(v.dst, vector_of(0), vector_of(1), v.count, v.dtype, v.op);
-  for (uint32_t r = 2; r < n; ++r)
-    reduce_inplace(v.dst, vector_of(r), v.count, v.dtype, v.op);
+  reduce_in_rank_order(v, n, vector_of);
   co_return Status();
 }
 
@@ -225,17 +232,17 @@ Task<Status> star(Coll &c) {
     if (!s) co_return s;
     co_return co_await c.recv(0, step_id(kPhaseStarOut, 0), v.dst, v.bytes);
   }
+  // Rank 0's own vector stays in sendbuf; the others land in scratch.
   PooledBuf others = c.pool().checkout(static_cast<size_t>(v.bytes) * (n - 1));
-  auto vector_of = [&](uint32_t r) { return others.data() + size_t{r - 1} * v.bytes; };
+  auto scratch_of = [&](uint32_t r) { return others.data() + size_t{r - 1} * v.bytes; };
   std::vector<Task<Status>> moves;
   moves.reserve(n - 1);
   for (uint32_t r = 1; r < n; ++r)
-    moves.push_back(c.recv(r, step_id(kPhaseStarIn, 0), vector_of(r), v.bytes));
+    moves.push_back(c.recv(r, step_id(kPhaseStarIn, 0), scratch_of(r), v.bytes));
   Status s = co_await when_all(c.op(), std::move(moves));
   if (!s) co_return s;
-  reduce_out(v.dst, v.src, vector_of(1), v.count, v.dtype, v.op);
-  for (uint32_t r = 2; r < n; ++r)
-    reduce_inplace(v.dst, vector_of(r), v.count, v.dtype, v.op);
+  reduce_in_rank_order(
+      v, n, [&](uint32_t r) -> const uint8_t * { return r == 0 ? v.src : scratch_of(r); });
   moves.clear();
   for (uint32_t r = 1; r < n; ++r)
     moves.push_back(c.send(r, step_id(kPhaseStarOut, 0), v.dst, v.bytes));
