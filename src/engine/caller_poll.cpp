@@ -49,6 +49,7 @@ void EventLoop::watch_socket(int fd, int events, std::function<void(int)> on_rea
 }
 
 void EventLoop::rewatch_socket(int events) {
+  if (socket_fd_ < 0) return;  // not watched (or no longer): nothing to change
   if (socket_watched_directly_) {
     watch_io(&socket_io_, socket_fd_, events);
     return;

@@ -72,7 +72,8 @@ class EventLoop {
   // a caller in run_here_and_wait can mask the socket in that set: what arrives
   // then wakes the caller alone, not also the loop thread asleep in
   // epoll_wait. on_ready gets EV_READ, and EV_WRITE while EV_WRITE is
-  // watched.
+  // watched. Called once, or again after unwatch_socket (it adds fd to the
+  // set; rewatch_socket changes what is watched).
   void watch_socket(int fd, int events, std::function<void(int revents)> on_ready);
   // Changes the events watched, keeping the handler (which may be running).
   void rewatch_socket(int events);

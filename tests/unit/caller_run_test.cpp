@@ -343,7 +343,9 @@ TEST(CallerPoll, TimerStillArmedWhenTheCallerLeavesFiresOnTheLoopThread) {
   BlockingSlot slot;
   s.sock.slot.store(&slot);
   RecordingTimer t;
-  post_arming(s.loop, t, 40);
+  // Far enough after the datagram that a loaded machine (sanitizers in CI)
+  // still reads it first; the caller would otherwise fire the timer itself.
+  post_arming(s.loop, t, 300);
   s.sock.send_later(5);
   {
     Watchdog dog("the datagram read by the polling caller", 10);
@@ -374,7 +376,10 @@ TEST(CallerPoll, DescriptorTheSetRefusesIsWatchedDirectly) {
   loop.run_sync([&] {
     loop.watch_socket(fd, EV_READ, [&](int) {
       // libev reports a regular file ready on every pass: once is enough.
+      // A change of events after that (as a flush would make) changes
+      // nothing.
       loop.unwatch_socket();
+      loop.rewatch_socket(EV_READ | EV_WRITE);
       ran_on = std::this_thread::get_id();
       slot.complete(Status());
     });
