@@ -15,6 +15,11 @@ from and opening into the application's memory would not make. Both are
 compared with issue 5's goals: half Gloo's median, and Open MPI's median
 / 1.2 at 64 MiB. Needs perf (Debian linux-perf) and the right to record
 every CPU (root, or kernel.perf_event_paranoid <= -1).
+
+With --bound-from FILE (rows an earlier nexar-bench --json wrote, --rounds
+allowed) nothing runs: each nexar row's whole CPU per operation, spread the
+same way, is the bound printed against the goals, next to the same bound for
+Gloo's row. No perf needed.
 """
 import argparse
 import json
@@ -68,6 +73,61 @@ def fmt_us(us):
     return f"{us / 1000:.1f} ms" if us >= 10000 else f"{us:.0f} µs"
 
 
+def spread_us(row, cpus):
+    """The row's CPU per operation over all ranks, spread over the vCPUs they
+    share: no scheduling of that work finishes sooner."""
+    return row["cpu_us"] * row["ranks"] / min(row["ranks"], cpus)
+
+
+def row_key(r):
+    return (r["lib"], r["op"], r["ranks"], r["bytes"])
+
+
+def goals_us(rows, op, ranks, nbytes):
+    """Issue 5's goals for a row, from the peers' medians among rows."""
+    median = {row_key(r): r["median_us"] for r in rows if r.get("check") == "ok"}
+    key = (op, ranks, nbytes)
+    goals = {}
+    if ("gloo",) + key in median:
+        goals["Gloo / 2"] = median[("gloo",) + key] / 2
+    if op == "allreduce" and nbytes >= 64 << 20 and ("openmpi",) + key in median:
+        goals["Open MPI / 1.2"] = median[("openmpi",) + key] / 1.2
+    return goals
+
+
+def row_label(op, ranks, nbytes):
+    if nbytes < 1 << 10:
+        size = f"{nbytes} B"
+    elif nbytes < 1 << 20:
+        size = f"{nbytes >> 10} KiB"
+    else:
+        size = f"{nbytes >> 20} MiB"
+    return f"{op} {ranks}r {size}"
+
+
+def print_bounds(rows, cpus):
+    """The --bound-from table: each nexar row's CPU bound against its goals."""
+    by_key = {row_key(r): r for r in rows if r.get("check") == "ok"}
+    print("| row | nexar | CPU per op per rank | CPU bound | goal | bound / goal "
+          "| Gloo's CPU bound |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        if r["lib"] != "nexar" or r.get("check") != "ok":
+            continue
+        bound = spread_us(r, cpus)
+        gloo = by_key.get(("gloo", r["op"], r["ranks"], r["bytes"]))
+        gloo_bound = fmt_us(spread_us(gloo, cpus)) if gloo else "–"
+        for name, goal in goals_us(rows, r["op"], r["ranks"], r["bytes"]).items():
+            print(f"| {row_label(r['op'], r['ranks'], r['bytes'])} | {fmt_us(r['median_us'])} "
+                  f"| {fmt_us(r['cpu_us'])} | {fmt_us(bound)} | {name} = {fmt_us(goal)} "
+                  f"| {bound / goal:.2f} | {gloo_bound} |")
+
+
+def load_rows(path):
+    rows = json.load(open(path))
+    return rows if isinstance(rows, list) else rows["rows"]
+
+
 def run(cmd, **kw):
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     return subprocess.run(cmd, check=True, **kw)
@@ -84,8 +144,13 @@ def main():
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--cpus", type=int, default=len(os.sched_getaffinity(0)),
                     help="vCPUs the ranks share (default: this process's affinity)")
+    ap.add_argument("--bound-from", metavar="FILE",
+                    help="only print the CPU bounds of the rows in this nexar-bench JSON")
     ap.add_argument("bench_args", nargs="*", help="passed to every nexar-bench run (after --)")
     args = ap.parse_args()
+    if args.bound_from:
+        print_bounds(load_rows(args.bound_from), args.cpus)
+        return 0
     if not shutil.which("perf"):
         print("nexar_bench_floor: perf is not installed (Debian: linux-perf)", file=sys.stderr)
         return 77
@@ -101,10 +166,7 @@ def main():
     if args.compare:
         cmd += ["--compare", args.compare]
     run(cmd + args.bench_args, stdout=subprocess.DEVNULL)
-    rows = json.load(open(side))
-    rows = rows if isinstance(rows, list) else rows["rows"]
-    median = {(r["lib"], r["op"], r["ranks"], r["bytes"]): r["median_us"]
-              for r in rows if r.get("check") == "ok"}
+    rows = load_rows(side)
 
     results = []
     for r in rows:
@@ -126,13 +188,8 @@ def main():
             print(f"nexar_bench_floor: {data}: no nexar-bench samples", file=sys.stderr)
             return 1
         share, copy_share = shares
-        spread = r["cpu_us"] * r["ranks"] / min(r["ranks"], args.cpus)
-        key = (r["op"], r["ranks"], r["bytes"])
-        goals = {}
-        if ("gloo",) + key in median:
-            goals["Gloo / 2"] = median[("gloo",) + key] / 2
-        if r["op"] == "allreduce" and r["bytes"] >= 64 << 20 and ("openmpi",) + key in median:
-            goals["Open MPI / 1.2"] = median[("openmpi",) + key] / 1.2
+        spread = spread_us(r, args.cpus)
+        goals = goals_us(rows, r["op"], r["ranks"], r["bytes"])
         results.append({"op": r["op"], "ranks": r["ranks"], "bytes": r["bytes"],
                         "median_us": r["median_us"], "cpu_us": r["cpu_us"],
                         "pass_share": share, "copy_share": copy_share,
@@ -144,8 +201,7 @@ def main():
           "copies | goal | floors / goal |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for x in results:
-        label = f"{x['op']} {x['ranks']}r {x['bytes'] >> 10} KiB" if x["bytes"] < 1 << 20 else \
-            f"{x['op']} {x['ranks']}r {x['bytes'] >> 20} MiB"
+        label = row_label(x["op"], x["ranks"], x["bytes"])
         for name, goal in (x["goals_us"] or {"": 0}).items():
             verdict = ""
             if name:

@@ -58,3 +58,9 @@ add_test(NAME bench.pass_floor_reads_a_real_profile
                  $<TARGET_FILE:nexar-bench>)
 set_tests_properties(bench.pass_floor_reads_a_real_profile PROPERTIES
   TIMEOUT 900 SKIP_RETURN_CODE 77)
+
+# nexar_bench_floor.py --bound-from on made-up rows: the CPU bound and the
+# goals it is set against, asserted exactly (no run, no perf).
+add_test(NAME bench.cpu_bound_from_rows
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_floor_bound.py)
+set_tests_properties(bench.cpu_bound_from_rows PROPERTIES TIMEOUT 120)
