@@ -64,3 +64,10 @@ set_tests_properties(bench.pass_floor_reads_a_real_profile PROPERTIES
 add_test(NAME bench.cpu_bound_from_rows
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_floor_bound.py)
 set_tests_properties(bench.cpu_bound_from_rows PROPERTIES TIMEOUT 120)
+
+# quic_ack_gaps.py: exact counts on a made-up log, and packets found in the
+# trace log of a real in-process run (its counts are ngtcp2's, not asserted).
+add_test(NAME bench.quic_ack_gaps_reads_the_trace_log
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_quic_ack_gaps.py
+                 $<TARGET_FILE:nexar-bench>)
+set_tests_properties(bench.quic_ack_gaps_reads_the_trace_log PROPERTIES TIMEOUT 300)
