@@ -26,14 +26,20 @@ uint64_t stream_key(const wire::FrameHeader &h) {
 
 SendWait::SendWait(Engine &engine, OpContext *op, uint64_t deadline_ns, uint32_t world_peer,
                    int32_t user_rank, const wire::FrameHeader &h, const void *payload,
-                   const char *what)
+                   const char *what, SendCompletion completion)
     : Wait(op->loop(), op, deadline_ns, user_rank),
       engine_(engine),
       world_peer_(world_peer),
       user_rank_(user_rank),
       header_(h),
       payload_(static_cast<const uint8_t *>(payload)),
-      what_(what) {}
+      what_(what),
+      completion_(completion) {}
+
+bool SendWait::copies(const QuicConnection &c) const {
+  return completion_ == SendCompletion::Copied && header_.length <= kEagerBytes &&
+         c.queued_bytes() < kEagerQueueLimit;
+}
 
 bool SendWait::await_ready() {
   if (op_->failed()) {
@@ -52,7 +58,7 @@ bool SendWait::await_ready() {
   }
   OutgoingMessage msg;
   msg.header = header_;
-  if (header_.length <= kEagerBytes && conn_->queued_bytes() < kEagerQueueLimit) {
+  if (copies(*conn_)) {
     PooledBuf copy = engine_.pool().checkout(static_cast<size_t>(header_.length));
     if (header_.length) memcpy(copy.data(), payload_, static_cast<size_t>(header_.length));
     msg.payload = copy.data();
@@ -82,7 +88,7 @@ bool SendWait::relay_ready() {
     finish(error(NEXAR_ERR_PEER_FAILED, format("%s: %s", what_, why.message.c_str()), user_rank_));
     return true;
   }
-  if (header_.length <= kEagerBytes && conn_->queued_bytes() < kEagerQueueLimit) {
+  if (copies(*conn_)) {
     engine_.relay().send(conn_, world_peer_, header_, payload_, nullptr, 0, nullptr);
     finish(Status());
     return true;
@@ -166,7 +172,7 @@ std::string SendWait::timeout_message() const {
 
 Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t to,
                      wire::FrameKind kind, uint64_t tag, uint32_t check, const void *data,
-                     uint64_t len, const char *what) {
+                     uint64_t len, const char *what, SendCompletion completion) {
   if (to == comm->rank()) {
     MsgKey key{comm->world_rank_of(to), static_cast<uint8_t>(kind), comm->comm_id(), tag};
     comm->engine().mailbox().deliver_local(key, data, len, check);
@@ -179,7 +185,7 @@ Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, ui
   h.length = len;
   h.check = check;
   co_return co_await SendWait(comm->engine(), op, deadline_ns, comm->world_rank_of(to),
-                              static_cast<int32_t>(to), h, data, what);
+                              static_cast<int32_t>(to), h, data, what, completion);
 }
 
 Task<Status> recv_from(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t from,

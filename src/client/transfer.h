@@ -14,20 +14,32 @@
 
 namespace nexar {
 
-// Messages up to this size are copied and the send completes at once; larger
-// ones are sent from the caller's memory and complete when acknowledged.
+// When a send completes.
+enum class SendCompletion {
+  // When the peer's transport acknowledged every byte: what nexar_send
+  // promises (include/nexar.h), so a sender learns of a peer lost before it.
+  Acknowledged,
+  // Messages up to kEagerBytes are copied and complete at once, while the
+  // connection has less than kEagerQueueLimit queued; larger ones complete
+  // when acknowledged. For messages whose operation completes on a later
+  // event anyway (a collective's, which confirms send-only ranks with a
+  // "done" frame; an RPC request, which waits for its response): waiting for
+  // the acknowledgement would only add a round trip.
+  Copied,
+};
 constexpr uint64_t kEagerBytes = 64 << 10;
 // Eager copies stop once this much is queued on a connection (back-pressure).
 constexpr uint64_t kEagerQueueLimit = 8ull << 20;
 
 // To a rank that is not a neighbour (sparse topology) the message is relayed
-// (client/relay.h) with the same completion meaning as a direct send: small
-// messages are copied and complete at once; larger ones complete when the
-// next hop acknowledged every chunk and the destination the whole message.
+// (client/relay.h) with the same completion meaning as a direct send: copied
+// small messages complete at once; the others complete when the next hop
+// acknowledged every chunk and the destination the whole message.
 class SendWait : public Wait, public SendListener, public RelayWaiter {
  public:
   SendWait(Engine &engine, OpContext *op, uint64_t deadline_ns, uint32_t world_peer,
-           int32_t user_rank, const wire::FrameHeader &h, const void *payload, const char *what);
+           int32_t user_rank, const wire::FrameHeader &h, const void *payload, const char *what,
+           SendCompletion completion);
   bool await_ready();
   bool await_suspend(std::coroutine_handle<> h) { return suspend(h); }
   Status await_resume() { return result(); }
@@ -45,6 +57,7 @@ class SendWait : public Wait, public SendListener, public RelayWaiter {
   wire::FrameHeader header_;
   const uint8_t *payload_;
   const char *what_;
+  SendCompletion completion_;
   QuicConnection *conn_ = nullptr;
   QuicConnection::SendItem *item_ = nullptr;
 
@@ -55,6 +68,8 @@ class SendWait : public Wait, public SendListener, public RelayWaiter {
   size_t chunks_done_ = 0;
   uint64_t send_id_ = 0;  // waiting for the destination's Ack while != 0
   bool relay_ready();
+  // A copy taken now completes the send at once (SendCompletion::Copied).
+  bool copies(const QuicConnection &c) const;
   void relay_fail(const Status &s);
   void maybe_finish_relayed();
 };
@@ -64,7 +79,7 @@ class SendWait : public Wait, public SendListener, public RelayWaiter {
 // with NEXAR_ERR_MISMATCH (0 for point-to-point).
 Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t to,
                      wire::FrameKind kind, uint64_t tag, uint32_t check, const void *data,
-                     uint64_t len, const char *what);
+                     uint64_t len, const char *what, SendCompletion completion);
 // Receives exactly len bytes from comm rank `from` into data (combined with
 // what is there as it arrives when combine.own is set).
 Task<Status> recv_from(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t from,

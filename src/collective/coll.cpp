@@ -82,7 +82,7 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
 Task<Status> Coll::send(uint32_t to, uint32_t step, const void *data, uint64_t bytes) {
   sent_[to] = 1;
   return send_to(comm_, op_, deadline_ns_, to, wire::FrameKind::Collective, tag(step), check_, data,
-                 bytes, what());
+                 bytes, what(), SendCompletion::Copied);
 }
 
 Task<Status> Coll::recv(uint32_t from, uint32_t step, void *data, uint64_t bytes) {
@@ -128,7 +128,7 @@ Task<Status> Coll::confirm() {
     if (p == rank()) continue;
     if (heard_[p] && !sent_[p])
       t.push_back(send_to(comm_, op_, deadline_ns_, p, wire::FrameKind::Collective, tag(kDoneStep),
-                          check_, nullptr, 0, what()));
+                          check_, nullptr, 0, what(), SendCompletion::Copied));
     if (!heard_any && sent_[p])
       t.push_back(recv_from(comm_, op_, deadline_ns_, p, wire::FrameKind::Collective,
                             tag(kDoneStep), check_, nullptr, 0, what()));

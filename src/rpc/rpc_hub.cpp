@@ -340,8 +340,8 @@ Task<Status> RpcHub::call(Communicator *comm, OpContext *op, uint32_t target, ui
     const auto *p = static_cast<const uint8_t *>(request);
     dispatch(world, h, std::vector<uint8_t>(p, p + request_len));
   } else {
-    Status s =
-        co_await SendWait(engine_, op, deadline, world, user_rank, h, request, "nexar_rpc_call");
+    Status s = co_await SendWait(engine_, op, deadline, world, user_rank, h, request,
+                                 "nexar_rpc_call", SendCompletion::Copied);
     if (!s) co_return s;
   }
   Status s = co_await response;

@@ -438,6 +438,10 @@ void QuicConnection::open_streams() {
     for (auto &queued : st.items)
       queued->end_offset += 1;
     st.offset += 1;
+    // Counted like any queued byte: advance() takes it off when written, and
+    // an uncounted byte per stream wrapped the count below zero, which
+    // turned every copied send into one that waits for its acknowledgement.
+    queued_bytes_ += 1;
     item->end_offset = 1;
     st.items.push_front(std::move(item));
     return true;
