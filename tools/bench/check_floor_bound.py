@@ -22,6 +22,15 @@ rows = [
     row("gloo", "allreduce", 4, 67108864, 150000.0, 71000.0),
     row("openmpi", "allreduce", 4, 67108864, 192000.0, 92000.0),
     row("nexar", "allreduce", 2, 8, 100.0, 60.0, check="FAIL"),
+    # Small rows: the 8 B allreduce has a fixed goal, not Gloo / 2; the 8 B
+    # broadcast has none, and so no line.
+    row("nexar", "allreduce", 4, 8, 200.0, 60.0),
+    row("gloo", "allreduce", 4, 8, 500.0, 150.0),
+    row("nexar", "broadcast", 2, 8, 80.0, 50.0),
+    row("gloo", "broadcast", 2, 8, 70.0, 40.0),
+    # 64 MiB broadcast, 2 ranks: 2 GB/s as well as Gloo / 2.
+    row("nexar", "broadcast", 2, 67108864, 25000.0, 21000.0),
+    row("gloo", "broadcast", 2, 67108864, 16000.0, 12000.0),
 ]
 here = os.path.dirname(os.path.abspath(__file__))
 with tempfile.TemporaryDirectory() as out:
@@ -44,6 +53,11 @@ want = [
     "| 142.0 ms |",
     "| allreduce 4r 64 MiB | 180.0 ms | 86.0 ms | 172.0 ms | Open MPI / 1.2 = 160.0 ms | 1.07 "
     "| 142.0 ms |",
+    # 4 ranks on 2 vCPUs: 120 µs against 250 µs.
+    "| allreduce 4r 8 B | 200 µs | 60 µs | 120 µs | under 250 µs = 250 µs | 0.48 | 300 µs |",
+    "| broadcast 2r 64 MiB | 25.0 ms | 21.0 ms | 21.0 ms | Gloo / 2 = 8000 µs | 2.62 | 12.0 ms |",
+    # 64 MiB at 2e9 B/s: 33554 µs.
+    "| broadcast 2r 64 MiB | 25.0 ms | 21.0 ms | 21.0 ms | 2 GB/s = 33.6 ms | 0.63 | 12.0 ms |",
 ]
 if table[1:] != want:
     sys.exit("unexpected table:\n" + "\n".join(table[1:]) + "\nwanted:\n" + "\n".join(want))

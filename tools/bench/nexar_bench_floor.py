@@ -12,8 +12,10 @@ The row's CPU per operation scaled by that share, spread over the vCPUs the
 ranks can use, is the time the row cannot go below without removing a pass;
 a second floor leaves out the user-space copies, which a QUIC stack sealing
 from and opening into the application's memory would not make. Both are
-compared with issue 5's goals: half Gloo's median, and Open MPI's median
-/ 1.2 at 64 MiB. Needs perf (Debian linux-perf) and the right to record
+compared with issue 5's goals (goals_us): half Gloo's median for allreduce
+and broadcast from 256 KiB, Open MPI's median / 1.2 for the 64 MiB
+allreduce, 2 GB/s for the 2-rank 64 MiB broadcast, 100 and 250 µs for the
+8 B allreduce with 2 and 4 ranks. Needs perf (Debian linux-perf) and the right to record
 every CPU (root, or kernel.perf_event_paranoid <= -1).
 
 With --bound-from FILE (rows an earlier nexar-bench --json wrote, --rounds
@@ -83,15 +85,24 @@ def row_key(r):
     return (r["lib"], r["op"], r["ranks"], r["bytes"])
 
 
-def goals_us(rows, op, ranks, nbytes):
-    """Issue 5's goals for a row, from the peers' medians among rows."""
-    median = {row_key(r): r["median_us"] for r in rows if r.get("check") == "ok"}
+def ok_rows_by_key(rows):
+    return {row_key(r): r for r in rows if r.get("check") == "ok"}
+
+
+def goals_us(by_key, op, ranks, nbytes):
+    """Issue 5's goals for a row, as times; the peers' medians come from
+    by_key (ok_rows_by_key). A row the issue sets no goal for gets none."""
     key = (op, ranks, nbytes)
+    gloo, openmpi = by_key.get(("gloo",) + key), by_key.get(("openmpi",) + key)
     goals = {}
-    if ("gloo",) + key in median:
-        goals["Gloo / 2"] = median[("gloo",) + key] / 2
-    if op == "allreduce" and nbytes >= 64 << 20 and ("openmpi",) + key in median:
-        goals["Open MPI / 1.2"] = median[("openmpi",) + key] / 1.2
+    if op == "allreduce" and nbytes == 8 and ranks in (2, 4):
+        goals[f"under {100 if ranks == 2 else 250} µs"] = 100.0 if ranks == 2 else 250.0
+    if op in ("allreduce", "broadcast") and nbytes >= 256 << 10 and gloo:
+        goals["Gloo / 2"] = gloo["median_us"] / 2
+    if op == "allreduce" and nbytes >= 64 << 20 and openmpi:
+        goals["Open MPI / 1.2"] = openmpi["median_us"] / 1.2
+    if op == "broadcast" and nbytes >= 64 << 20 and ranks == 2:
+        goals["2 GB/s"] = nbytes / 2e3  # bytes at 2e9 B/s, in µs
     return goals
 
 
@@ -107,7 +118,7 @@ def row_label(op, ranks, nbytes):
 
 def print_bounds(rows, cpus):
     """The --bound-from table: each nexar row's CPU bound against its goals."""
-    by_key = {row_key(r): r for r in rows if r.get("check") == "ok"}
+    by_key = ok_rows_by_key(rows)
     print("| row | nexar | CPU per op per rank | CPU bound | goal | bound / goal "
           "| Gloo's CPU bound |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -117,7 +128,7 @@ def print_bounds(rows, cpus):
         bound = spread_us(r, cpus)
         gloo = by_key.get(("gloo", r["op"], r["ranks"], r["bytes"]))
         gloo_bound = fmt_us(spread_us(gloo, cpus)) if gloo else "–"
-        for name, goal in goals_us(rows, r["op"], r["ranks"], r["bytes"]).items():
+        for name, goal in goals_us(by_key, r["op"], r["ranks"], r["bytes"]).items():
             print(f"| {row_label(r['op'], r['ranks'], r['bytes'])} | {fmt_us(r['median_us'])} "
                   f"| {fmt_us(r['cpu_us'])} | {fmt_us(bound)} | {name} = {fmt_us(goal)} "
                   f"| {bound / goal:.2f} | {gloo_bound} |")
@@ -167,6 +178,7 @@ def main():
         cmd += ["--compare", args.compare]
     run(cmd + args.bench_args, stdout=subprocess.DEVNULL)
     rows = load_rows(side)
+    by_key = ok_rows_by_key(rows)
 
     results = []
     for r in rows:
@@ -189,7 +201,7 @@ def main():
             return 1
         share, copy_share = shares
         spread = spread_us(r, args.cpus)
-        goals = goals_us(rows, r["op"], r["ranks"], r["bytes"])
+        goals = goals_us(by_key, r["op"], r["ranks"], r["bytes"])
         results.append({"op": r["op"], "ranks": r["ranks"], "bytes": r["bytes"],
                         "median_us": r["median_us"], "cpu_us": r["cpu_us"],
                         "pass_share": share, "copy_share": copy_share,
