@@ -27,6 +27,7 @@ enum class SendCompletion {
   // the acknowledgement would only add a round trip.
   Copied,
 };
+// The largest message SendCompletion::Copied copies.
 constexpr uint64_t kEagerBytes = 64 << 10;
 // Eager copies stop once this much is queued on a connection (back-pressure).
 constexpr uint64_t kEagerQueueLimit = 8ull << 20;
@@ -68,7 +69,8 @@ class SendWait : public Wait, public SendListener, public RelayWaiter {
   size_t chunks_done_ = 0;
   uint64_t send_id_ = 0;  // waiting for the destination's Ack while != 0
   bool relay_ready();
-  // A copy taken now completes the send at once (SendCompletion::Copied).
+  // Whether this send is copied now and completes at once (Copied, small
+  // enough, and the connection's queue under kEagerQueueLimit).
   bool copies(const QuicConnection &c) const;
   void relay_fail(const Status &s);
   void maybe_finish_relayed();
