@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <thread>
 
 #include "client/transfer.h"
@@ -26,28 +27,32 @@ namespace {
 using std::chrono::seconds;
 
 // Keeps an engine's loop thread inside a command until released: it reads
-// nothing from its socket meanwhile, so it acknowledges nothing.
+// nothing from its socket meanwhile, so it acknowledges nothing. held() says
+// whether the loop thread entered the command within 30 s.
 class LoopHold {
  public:
   explicit LoopHold(Engine &e) {
+    // The command owns what it touches (the shared promise, its copy of the
+    // release future), so this object may go whether or not it ever ran.
+    auto entered = std::make_shared<std::promise<void>>();
+    std::future<void> in = entered->get_future();
     std::shared_future<void> until = release_.get_future().share();
-    // The command touches only its own copy of `until` once it is in, so
-    // this object may go while the loop thread is still on its way out.
-    e.loop().post([this, until] {
-      entered_.set_value();
+    e.loop().post([entered, until] {
+      entered->set_value();
       until.wait_for(seconds(60));  // bounded, should a test fail before releasing
     });
-    entered_.get_future().wait();
+    held_ = in.wait_for(seconds(30)) == std::future_status::ready;
   }
   ~LoopHold() { release(); }
+  bool held() const { return held_; }
   void release() {
     if (!released_) release_.set_value();
     released_ = true;
   }
 
  private:
-  std::promise<void> entered_, release_;
-  bool released_ = false;
+  std::promise<void> release_;
+  bool held_ = false, released_ = false;
 };
 
 class SendCompletionTest : public ::testing::Test {
@@ -101,6 +106,7 @@ class SendCompletionTest : public ::testing::Test {
 
 TEST_F(SendCompletionTest, CopiedSendCompletesBeforeThePeerAcknowledges) {
   LoopHold hold(receiver());
+  ASSERT_TRUE(hold.held()) << "the receiver's loop thread never ran the holding command";
   EXPECT_EQ(start_sends(1, 8, SendCompletion::Copied), 1u)
       << "an 8-byte copied send waited (queued bytes " << queued_bytes() << ")";
   hold.release();
@@ -112,6 +118,7 @@ TEST_F(SendCompletionTest, CopiedSendCompletesBeforeThePeerAcknowledges) {
 
 TEST_F(SendCompletionTest, AcknowledgedSendWaitsForThePeer) {
   LoopHold hold(receiver());
+  ASSERT_TRUE(hold.held()) << "the receiver's loop thread never ran the holding command";
   EXPECT_EQ(start_sends(1, 8, SendCompletion::Acknowledged), 0u);
   // The receiver cannot acknowledge while held: nothing else completes it.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -128,6 +135,7 @@ TEST_F(SendCompletionTest, CopiesStopAtTheQueueLimit) {
   // rest waits in the queue, and past kEagerQueueLimit sends stop copying.
   const uint32_t count = static_cast<uint32_t>((kEagerQueueLimit + (4u << 20)) / kEagerBytes);
   LoopHold hold(receiver());
+  ASSERT_TRUE(hold.held()) << "the receiver's loop thread never ran the holding command";
   const uint32_t at_once = start_sends(count, kEagerBytes, SendCompletion::Copied);
   EXPECT_GE(at_once, kEagerQueueLimit / kEagerBytes) << "copies stopped below the limit";
   EXPECT_LT(at_once, count) << "copies went on past the limit: the queue is unbounded";
