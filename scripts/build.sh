@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds into build/ (or $1), passing extra CMake arguments.
+# Configures and builds into build/ (or $1), passing extra CMake arguments;
+# warnings are errors here (NEXAR_WERROR), as in CI.
 # With ccache installed, every compile goes through it, so that another build
 # directory with the same flags reuses the objects: scripts/package-deb.sh's
 # build-deb/ compiles next to nothing after build/. base_dir makes the paths
@@ -15,5 +16,5 @@ if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER="$cache" -DCMAKE_CXX_COMPILER_LAUNCHER="$cache")
 fi
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
-  "${launcher[@]}" "$@" >/dev/null
+  -DNEXAR_WERROR=ON "${launcher[@]}" "$@" >/dev/null
 ninja -C "$dir"
