@@ -90,7 +90,7 @@ NEXAR_API nexar_status_t nexar_comm_get_stats(nexar_comm_t *comm, nexar_stats_t 
       return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_get_stats: stats->struct_size too small");
     nexar_stats_t full;
     memset(&full, 0, sizeof full);
-    comm->impl->engine().stats(&full);
+    comm->impl->client().stats(&full);
     const size_t n = stats->struct_size < sizeof full ? stats->struct_size : sizeof full;
     full.struct_size = n;
     memcpy(stats, &full, n);

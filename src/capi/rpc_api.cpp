@@ -18,7 +18,7 @@ NEXAR_API nexar_status_t nexar_rpc_register(nexar_comm_t *comm, uint32_t fn_id,
   return guarded("nexar_rpc_register", [&] {
     if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_rpc_register: comm is NULL");
     nexar::Communicator *c = comm->impl.get();
-    auto reg = c->engine().rpc().registry(c, handler != nullptr);
+    auto reg = nexar::rpc::RpcHub::of(c->client()).registry(c, handler != nullptr);
     if (reg) reg->set(fn_id, {handler, user_data});
     return ok();
   });
@@ -75,7 +75,8 @@ NEXAR_API nexar_status_t nexar_rpc_call(nexar_comm_t *comm, uint32_t target_rank
     return nexar::capi::submit(
         comm, "nexar_rpc_call",
         [=](nexar::OpContext *op) {
-          return c->engine().rpc().call(c, op, target_rank, fn_id, request, request_len, response);
+          return nexar::rpc::RpcHub::of(c->client())
+              .call(c, op, target_rank, fn_id, request, request_len, response);
         },
         done, user_data);
   });

@@ -1,31 +1,41 @@
-// Engine: everything one rank runs: the event loop thread, the QUIC endpoint
-// and its connections to every peer, the mailbox, and the completion thread.
-// Communicators derived from one another share their engine.
+// Client: one rank's hub (the upstream NexarClient). It owns what the rank
+// runs: the event loop thread, the QUIC endpoint, a PeerConnection per peer
+// (the send side: direct or relayed), the PeerRouter (the receive side: each
+// lane to its consumer), the mailbox, the relay, the record of failed peers,
+// the registry of communicators and the completion thread. Communicators
+// split from one another share their client. Forming the mesh (dialling
+// every neighbour, waiting for them) is cluster/mesh.h's; the RPC layer
+// plugs in through client/rpc_lanes.h.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
-#include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "client/comm_registry.h"
 #include "client/mailbox.h"
+#include "client/peer_connection.h"
+#include "client/peer_liveness.h"
+#include "client/peer_router.h"
 #include "client/relay.h"
-#include "cluster/topology.h"
+#include "client/rpc_lanes.h"
+#include "client/topology.h"
 #include "core/buffer_pool.h"
 #include "core/config.h"
 #include "engine/completion_queue.h"
 #include "engine/event_loop.h"
-#include "rpc/rpc_hub.h"
-#include "transport/codec.h"
 #include "transport/quic_endpoint.h"
 
 namespace nexar {
 
-class Communicator;
+// Told when a neighbour becomes ready or fails before it was ready (loop
+// thread): what mesh formation waits on.
+class FormationObserver {
+ public:
+  virtual ~FormationObserver() = default;
+  virtual void on_peers_changed() = 0;
+};
 
-class Engine : public ConnectionHandler {
+class Client {
  public:
   struct Identity {
     uint32_t rank = 0;
@@ -33,27 +43,23 @@ class Engine : public ConnectionHandler {
     uint64_t cluster_id = 0;
   };
 
-  Engine(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds);
-  ~Engine() override;
+  Client(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds);
+  ~Client();
+  Client(const Client &) = delete;
+  Client &operator=(const Client &) = delete;
 
   // Binds the UDP socket and starts the threads.
   Status start(const SocketAddress &bind_addr);
-  // The same on a socket bound before this engine existed (a worker binds
+  // The same on a socket bound before this client existed (a worker binds
   // first to tell the seed its address); takes ownership of bound_fd.
   Status start_on(int bound_fd);
   const SocketAddress &address() const { return address_; }
-  // Connects to every lower neighbour (higher ones connect to us; in a full
-  // mesh every rank is a neighbour, config().topology says otherwise)...
-  Status start_mesh(const std::vector<SocketAddress> &peer_addrs);
-  // ...and waits, bounded by connect_timeout_ms, until every neighbour said hello.
-  Status wait_mesh();
-  // Ends a wait_mesh in progress (or the next one) with this error: the seed
-  // reported that another rank died during formation. Any thread.
-  void fail_mesh(const Status &why);
   // Closes every connection (idempotent).
   void close_connections();
   // Closes every connection and stops the threads (idempotent).
   void shutdown();
+  // Installs the RPC lanes (before any peer can send a request).
+  void set_rpc_lanes(std::unique_ptr<RpcLanes> lanes) { rpc_ = std::move(lanes); }
 
   const Identity &identity() const { return id_; }
   const Config &config() const { return cfg_; }
@@ -61,13 +67,12 @@ class Engine : public ConnectionHandler {
   Mailbox &mailbox() { return *mailbox_; }
   CompletionThread &completions() { return *completions_; }
   BufferPool &pool() { return *pool_; }
-  rpc::RpcHub &rpc() { return *rpc_; }
+  RpcLanes *rpc_lanes() { return rpc_.get(); }
   Relay &relay() { return *relay_; }
+  PeerRouter &router() { return router_; }
+  CommRegistry &comms() { return comms_; }
+  const PeerLiveness &liveness() const { return liveness_; }
   const Topology &topology() const { return topo_; }
-  // Whether this rank has (or had) a direct connection to world_rank.
-  bool direct(uint32_t world_rank) const { return topo_.is_neighbour(id_.rank, world_rank); }
-  // A neighbour whose connection is not ready yet and has not failed.
-  bool forming(uint32_t world_rank) const;
 
   // Fills the counters (from any thread).
   void stats(nexar_stats_t *out);
@@ -75,72 +80,58 @@ class Engine : public ConnectionHandler {
   TransportStats transport_stats();
 
   // ---- loop thread only ----
-  QuicConnection *conn_to(uint32_t world_rank) const;
-  const Status *peer_failure(uint32_t world_rank) const {
-    return mailbox_->peer_failure(world_rank);
-  }
+  PeerConnection &peer(uint32_t world_rank) { return peers_[world_rank]; }
+  const PeerConnection &peer(uint32_t world_rank) const { return peers_[world_rank]; }
+  bool shut_down() const { return shut_down_; }
+  // A control message to world_rank (nothing for this rank itself).
   void send_control(uint32_t world_rank, const wire::ControlMessage &m);
-  void send_control_on(QuicConnection *c, const wire::ControlMessage &m);
-  // Sends a message that owns its payload (msg.owned) to world_rank, relayed
-  // if it is not a neighbour; false if there is no way there now.
-  bool send_owned(uint32_t world_rank, OutgoingMessage msg, uint64_t key);
-  // A relayed message for this rank starts: where its payload goes.
-  MessageSink *deliver_relayed(uint32_t origin, QuicConnection *c, int64_t stream_id,
-                               const wire::FrameHeader &inner);
-  // A control message relayed from origin (Abort, CollectiveMismatch).
-  void on_relayed_control(uint32_t origin, std::span<const uint8_t> message);
   // world_rank cannot be reached any more (a relay on its route was lost).
   void fail_unreachable(uint32_t world_rank, const Status &s);
-  void register_comm(Communicator *c);
+  void register_comm(Communicator *c) { comms_.add(c); }
   void unregister_comm(Communicator *c);
-  // The communicator with this id on this engine, or nullptr.
-  Communicator *comm_by_id(uint64_t comm_id) const;
 
-  // ConnectionHandler
-  void on_handshake_done(QuicConnection *c, const NodeIdentity &peer) override;
-  void on_control(QuicConnection *c, std::span<const uint8_t> message) override;
-  MessageSink *on_message(QuicConnection *c, int64_t stream_id,
-                          const wire::FrameHeader &h) override;
-  void on_closed(QuicConnection *c, const Status &why) override;
+  // ---- formation and connection events (loop thread) ----
+  // Dials neighbour world_rank at addr (the higher rank of a pair dials).
+  Status dial(uint32_t world_rank, const SocketAddress &addr);
+  // Neighbours whose connection became ready, and the neighbours in all.
+  size_t ready_neighbours() const { return ready_neighbours_; }
+  size_t neighbours() const { return topo_.neighbours(id_.rank).size(); }
+  // The first neighbour lost before it was ready, if any (ok otherwise).
+  const Status &formation_failure() const { return formation_failure_; }
+  void set_formation_observer(FormationObserver *o);
+  // The peer's connection passed its handshake and Hello exchange.
+  void peer_ready(uint32_t world_rank, QuicConnection *c);
+  // A connection closed (the router's on_closed).
+  void connection_closed(QuicConnection *c, const Status &why);
 
  private:
-  struct Peer {
-    SocketAddress addr;
-    QuicConnection *conn = nullptr;
-    bool ready = false;
-  };
-  using CommNotice = std::variant<wire::Abort, wire::CollectiveMismatch>;
   // The rest of start/start_on once the socket is ready (socket: how that went).
   Status start_threads(const Status &socket);
-  void handle_comm_notice(uint32_t from, const CommNotice &notice);
-  void peer_ready(uint32_t rank, QuicConnection *c);
   // world_rank is gone: its receives, RPC calls and communicators fail with s.
   void fail_peer(uint32_t world_rank, const Status &s);
-  void handle_hello(QuicConnection *c, const wire::Hello &h);
+  void notify_formation();
 
   Identity id_;
   Config cfg_;
   std::shared_ptr<TlsCredentials> creds_;
   std::shared_ptr<BufferPool> pool_;
   EventLoop loop_;
+  PeerLiveness liveness_;
   std::unique_ptr<Mailbox> mailbox_;
-  std::unique_ptr<rpc::RpcHub> rpc_;
+  std::unique_ptr<RpcLanes> rpc_;
   Topology topo_;
   std::unique_ptr<Relay> relay_;
+  PeerRouter router_{*this};
+  CommRegistry comms_;
+  std::vector<PeerConnection> peers_;
   std::unique_ptr<QuicEndpoint> endpoint_;
   std::unique_ptr<CompletionThread> completions_;
   SocketAddress address_;
-  std::vector<Peer> peers_;
-  std::unordered_map<uint64_t, std::vector<Communicator *>> comms_;
-  std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, CommNotice>>> early_notices_;
+  size_t ready_neighbours_ = 0;
+  Status formation_failure_;
+  FormationObserver *formation_ = nullptr;
   bool shut_down_ = false;  // loop thread
   bool stopped_ = false;    // owner thread
-
-  // Mesh formation progress, read by the thread in form_mesh.
-  std::mutex mesh_mu_;
-  std::condition_variable mesh_cv_;
-  uint32_t ready_peers_ = 0;
-  Status mesh_error_;
 };
 
 }  // namespace nexar

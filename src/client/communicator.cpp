@@ -7,26 +7,26 @@
 
 namespace nexar {
 
-Communicator::Communicator(std::shared_ptr<Engine> engine, uint64_t comm_id, uint32_t rank,
-                           std::vector<uint32_t> world_of, bool owns_engine)
-    : engine_(std::move(engine)), comm_id_(comm_id), rank_(rank), world_of_(std::move(world_of)) {
-  if (owns_engine)
-    engine_lease_ = std::shared_ptr<void>(nullptr, [e = engine_](void *) { e->shutdown(); });
-  if (engine_->config().completion_mode == NEXAR_COMPLETION_POLLED)
+Communicator::Communicator(std::shared_ptr<Client> client, uint64_t comm_id, uint32_t rank,
+                           std::vector<uint32_t> world_of, bool owns_client)
+    : client_(std::move(client)), comm_id_(comm_id), rank_(rank), world_of_(std::move(world_of)) {
+  if (owns_client)
+    client_lease_ = std::shared_ptr<void>(nullptr, [e = client_](void *) { e->shutdown(); });
+  if (client_->config().completion_mode == NEXAR_COMPLETION_POLLED)
     polled_ = std::make_unique<PolledQueue>();
-  engine_->loop().run_sync([this] { engine_->register_comm(this); });
+  client_->loop().run_sync([this] { client_->register_comm(this); });
 }
 
 Communicator::~Communicator() {
   close();
-  engine_->loop().run_sync([this] { engine_->unregister_comm(this); });
-  engine_lease_.reset();  // the last holder shuts the engine down
+  client_->loop().run_sync([this] { client_->unregister_comm(this); });
+  client_lease_.reset();  // the last holder shuts the engine down
 }
 
 std::unique_ptr<Communicator> Communicator::make_child(uint64_t comm_id, uint32_t rank,
                                                        std::vector<uint32_t> world_of) {
-  auto child = std::make_unique<Communicator>(engine_, comm_id, rank, std::move(world_of), false);
-  child->engine_lease_ = engine_lease_;
+  auto child = std::make_unique<Communicator>(client_, comm_id, rank, std::move(world_of), false);
+  child->client_lease_ = client_lease_;
   return child;
 }
 
@@ -47,9 +47,11 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
                  format("%s: a blocking call (done == NULL) from inside a completion callback "
                         "would deadlock",
                         name));
-  const int st = state_.load();
-  if (st == 1) return error(NEXAR_ERR_ABORTED, format("%s: the communicator was aborted", name));
-  if (st == 2) return error(NEXAR_ERR_CLOSED, format("%s: the communicator is closed", name));
+  const State st = state_.load();
+  if (st == State::Aborted)
+    return error(NEXAR_ERR_ABORTED, format("%s: the communicator was aborted", name));
+  if (st == State::Closed)
+    return error(NEXAR_ERR_CLOSED, format("%s: the communicator is closed", name));
   const uint64_t seq = next_seq_.fetch_add(1);
   if (seq_out) *seq_out = seq;
   tracker_->add();
@@ -66,9 +68,9 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
       numbering.lock();
       coll_seq = next_coll_seq_++;
     }
-    posted = engine_->loop().post(
+    posted = client_->loop().post(
         [this, seq, coll_seq, op_name, body = std::move(body), done, user_data, slot]() mutable {
-          auto op = std::make_unique<OpContext>(&engine_->loop(), seq, op_name);
+          auto op = std::make_unique<OpContext>(&client_->loop(), seq, op_name);
           OpContext *raw = op.release();  // owned by the running operation until deliver()
           raw->set_coll_seq(coll_seq);
           active_.insert(raw);
@@ -101,7 +103,7 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
   // counts as outstanding until then (close() waits for it before the
   // engine can go); nothing of this communicator is touched after.
   const std::shared_ptr<OpTracker> tracker = tracker_;
-  Status s = engine_->loop().run_here_and_wait(*slot, engine_->config().spin_us);
+  Status s = client_->loop().run_here_and_wait(*slot, client_->config().spin_us);
   tracker->done();
   return s;
 }
@@ -124,7 +126,7 @@ void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *us
     if (polled_)
       polled_->push(std::move(c));
     else
-      engine_->completions().push(std::move(c));
+      client_->completions().push(std::move(c));
   };
   // Zero-copy sends still referenced by the transport keep the user's buffer
   // borrowed: complete only once they are released.
@@ -137,25 +139,25 @@ void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *us
 bool Communicator::post_callback(nexar_done_fn fn, void *user_data) {
   // close() flips the state before it waits on this thread, so whatever got
   // past this check is counted before close() waits for the callbacks.
-  if (state_.load() != 0) return false;
+  if (state_.load() != State::Open) return false;
   tracker_->add();
   Completion c{fn, user_data, Status(), 0, tracker_};
   if (polled_)
     polled_->push(std::move(c));
   else
-    engine_->completions().push(std::move(c));
+    client_->completions().push(std::move(c));
   return true;
 }
 
 void Communicator::abort() {
-  int expected = 0;
-  if (!state_.compare_exchange_strong(expected, 1)) return;
-  engine_->loop().run_sync([this] {
+  State expected = State::Open;
+  if (!state_.compare_exchange_strong(expected, State::Aborted)) return;
+  client_->loop().run_sync([this] {
     end(error(NEXAR_ERR_ABORTED, format("rank %u aborted the communicator", rank_),
               static_cast<int32_t>(rank_)));
     for (uint32_t r = 0; r < size(); ++r)
       if (r != rank_)
-        engine_->send_control(world_of_[r],
+        client_->send_control(world_of_[r],
                               wire::Abort{comm_id_, rank_, NEXAR_ERR_ABORTED, "nexar_comm_abort"});
   });
 }
@@ -191,7 +193,7 @@ void Communicator::on_collective_mismatch(uint64_t seq, const Status &s) {
 void Communicator::announce_mismatch(uint64_t seq, const std::string &detail) {
   for (uint32_t r = 0; r < size(); ++r)
     if (r != rank_)
-      engine_->send_control(world_of_[r], wire::CollectiveMismatch{comm_id_, seq, detail});
+      client_->send_control(world_of_[r], wire::CollectiveMismatch{comm_id_, seq, detail});
 }
 
 Status Communicator::async_error() const {
@@ -205,15 +207,15 @@ const char *Communicator::async_error_message() const {
 }
 
 void Communicator::close() {
-  if (state_.exchange(2) == 2) return;
-  engine_->loop().run_sync([this] {
+  if (state_.exchange(State::Closed) == State::Closed) return;
+  client_->loop().run_sync([this] {
     end(error(NEXAR_ERR_CLOSED, format("the communicator of rank %u was destroyed", rank_)));
   });
   // Closing the connections (peers see the close at once) also releases every
   // send still borrowing user memory. Only the last communicator on the
   // engine may do it; the others' sends are released as the transport ends
   // them.
-  if (engine_lease_.use_count() == 1) engine_->close_connections();
+  if (client_lease_.use_count() == 1) client_->close_connections();
   wait_idle();
 }
 
@@ -227,9 +229,9 @@ void Communicator::wait_idle() {
     if (polled_) {
       // Polled mode: the remaining callbacks run here, on the destroying thread.
       polled_->poll(UINT32_MAX, 10);
-    } else if (engine_->completions().on_this_thread()) {
+    } else if (client_->completions().on_this_thread()) {
       // Destroyed from inside a callback: the completion thread is us.
-      engine_->completions().run_queued_inline();
+      client_->completions().run_queued_inline();
     }
     g.lock();
     if (tracker_->outstanding > own) tracker_->cv.wait_for(g, std::chrono::milliseconds(10));

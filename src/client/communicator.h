@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "client/engine.h"
+#include "client/client.h"
 #include "engine/completion_queue.h"
 #include "engine/task.h"
 #include "engine/wait.h"
@@ -22,11 +22,11 @@ namespace nexar {
 
 class Communicator {
  public:
-  // owns_engine: this communicator starts the engine's lease; the engine shuts
+  // owns_client: this communicator starts the engine's lease; the engine shuts
   // down when the last communicator holding the lease (this one or one split
   // from it, in any order) is destroyed.
-  Communicator(std::shared_ptr<Engine> engine, uint64_t comm_id, uint32_t rank,
-               std::vector<uint32_t> world_of, bool owns_engine);
+  Communicator(std::shared_ptr<Client> client, uint64_t comm_id, uint32_t rank,
+               std::vector<uint32_t> world_of, bool owns_client);
   ~Communicator();
 
   // A communicator over some of this one's ranks (split): world_of maps its
@@ -45,8 +45,8 @@ class Communicator {
       if (world_of_[r] == world_rank) return static_cast<int32_t>(r);
     return -1;
   }
-  Engine &engine() { return *engine_; }
-  const Config &config() const { return engine_->config(); }
+  Client &client() { return *client_; }
+  const Config &config() const { return client_->config(); }
   PolledQueue *polled() { return polled_.get(); }
 
   // The coroutine of one operation, made on the loop thread.
@@ -93,18 +93,20 @@ class Communicator {
   // operation in flight with it.
   void end(const Status &why);
 
-  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<Client> client_;
   uint64_t comm_id_;
   uint32_t rank_;
   std::vector<uint32_t> world_of_;
   // Shared with every communicator split from this one; the last holder
   // closes the connections and stops the engine (null: someone else does).
-  std::shared_ptr<void> engine_lease_;
+  std::shared_ptr<void> client_lease_;
   std::unique_ptr<PolledQueue> polled_;
   std::atomic<uint64_t> next_seq_{1};
   std::mutex coll_mu_;  // collective numbers follow submission order
   uint64_t next_coll_seq_ = 1;
-  std::atomic<int> state_{0};  // 0 open, 1 aborted, 2 closed
+  // Open until abort() or close(); a closed communicator stays closed.
+  enum class State { Open, Aborted, Closed };
+  std::atomic<State> state_{State::Open};
 
   // Operations submitted whose completion has not finished running.
   std::shared_ptr<OpTracker> tracker_ = std::make_shared<OpTracker>();

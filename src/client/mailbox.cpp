@@ -181,7 +181,7 @@ void RecvWait::take(uint64_t off, const uint8_t *data, size_t len) {
 }
 
 bool RecvWait::await_ready() {
-  if (const Status *dead = box_->peer_failure(key_.peer)) {
+  if (const Status *dead = box_->liveness_.failure(key_.peer)) {
     Mailbox::Queue *q = nullptr;
     auto it = box_->queues_.find(key_);
     if (it != box_->queues_.end()) q = &it->second;
@@ -366,17 +366,7 @@ void Mailbox::erase_if_idle(const MsgKey &key) {
     queues_.erase(it);
 }
 
-void Mailbox::set_peer_dead(uint32_t peer, const Status &s) {
-  if (!dead_.count(peer)) dead_.emplace(peer, s);
-}
-
-const Status *Mailbox::peer_failure(uint32_t peer) const {
-  auto it = dead_.find(peer);
-  return it == dead_.end() ? nullptr : &it->second;
-}
-
 void Mailbox::fail_peer(uint32_t peer, const Status &s) {
-  set_peer_dead(peer, s);
   std::vector<RecvWait *> victims;
   for (auto &[k, q] : queues_)
     if (k.peer == peer)

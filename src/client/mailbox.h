@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/peer_liveness.h"
 #include "core/buffer_pool.h"
 #include "engine/wait.h"
 #include "nexar.h"
@@ -125,7 +126,9 @@ class RecvWait : public Wait {
 
 class Mailbox {
  public:
-  explicit Mailbox(std::shared_ptr<BufferPool> pool) : pool_(std::move(pool)) {}
+  // liveness: whose receives fail at once (the client's record of failed peers).
+  Mailbox(std::shared_ptr<BufferPool> pool, const PeerLiveness &liveness)
+      : pool_(std::move(pool)), liveness_(liveness) {}
   ~Mailbox();
 
   // A new message arrived; returns its sink.
@@ -146,11 +149,9 @@ class Mailbox {
   std::function<void(uint64_t comm_id, uint64_t seq, uint32_t peer)> on_late_mismatch;
   // The connection is going away: buffered messages stop returning credit to it.
   void forget_connection(const QuicConnection *c);
-  // The peer is gone: every receive waiting on it fails with s.
-
+  // The peer is gone (already recorded in the liveness): every receive
+  // waiting on it fails with s.
   void fail_peer(uint32_t peer, const Status &s);
-  void set_peer_dead(uint32_t peer, const Status &s);
-  const Status *peer_failure(uint32_t peer) const;
 
   size_t keys() const { return queues_.size(); }
   uint64_t buffered_bytes() const { return buffered_total_; }
@@ -168,6 +169,7 @@ class Mailbox {
   Queue &queue(const MsgKey &key) { return queues_[key]; }
 
   std::shared_ptr<BufferPool> pool_;
+  const PeerLiveness &liveness_;
   std::unordered_map<MsgKey, Queue, MsgKeyHash> queues_;
   // Owns every message from its first byte until it is consumed.
   std::unordered_map<Incoming *, std::unique_ptr<Incoming>> live_;
@@ -190,7 +192,6 @@ class Mailbox {
   // dropped (and reported when their check differs). Bounded, oldest out.
   std::unordered_map<CollKey, uint32_t, CollKeyHash> ended_;
   std::deque<CollKey> ended_order_;
-  std::unordered_map<uint32_t, Status> dead_;
   uint64_t buffered_total_ = 0;
 };
 

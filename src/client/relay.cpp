@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "client/engine.h"
+#include "client/client.h"
 #include "core/log.h"
 
 namespace nexar {
@@ -130,7 +130,7 @@ class RelaySink : public MessageSink {
     wire::RelayPrefix &p = prefix_data_;
     Status s = wire::decode_relay_prefix(prefix_, &p);
     if (!s) return drop(s.message);
-    Engine &e = relay_->engine_;
+    Client &e = relay_->client_;
     const uint32_t me = e.identity().rank;
     const uint32_t world = e.identity().world_size;
     const Topology &topo = e.topology();
@@ -195,7 +195,7 @@ class RelaySink : public MessageSink {
       f.conn = conn_;
       auto [slot, fresh] = relay_->flows_.emplace(p.origin, f);
       (void)fresh;
-      slot->second.sink = e.deliver_relayed(p.origin, conn_, sid_, inner);
+      slot->second.sink = e.router().deliver(p.origin, conn_, sid_, inner);
       mode_ = Mode::Deliver;
       return;
     }
@@ -223,7 +223,7 @@ class RelaySink : public MessageSink {
   std::vector<uint8_t> body_;
 };
 
-Relay::Relay(Engine &engine) : engine_(engine), lost_(engine.identity().world_size, false) {}
+Relay::Relay(Client &client) : client_(client), lost_(client.identity().world_size, false) {}
 
 Relay::~Relay() {
   for (auto &[hop, list] : parked_)
@@ -232,11 +232,11 @@ Relay::~Relay() {
 }
 
 QuicConnection *Relay::route(uint32_t dest, Status *why) const {
-  const uint32_t me = engine_.identity().rank;
-  const uint32_t hop = engine_.topology().next_hop(me, dest);
-  QuicConnection *c = engine_.conn_to(hop);
+  const uint32_t me = client_.identity().rank;
+  const uint32_t hop = client_.topology().next_hop(me, dest);
+  QuicConnection *c = client_.peer(hop).direct_connection();
   if (!c && why) {
-    const Status *dead = engine_.peer_failure(hop);
+    const Status *dead = client_.peer(hop).failure();
     *why = error(NEXAR_ERR_PEER_FAILED,
                  format("rank %u is unreachable from rank %u: rank %u, the next hop on its "
                         "route, is lost%s%s",
@@ -249,7 +249,7 @@ QuicConnection *Relay::route(uint32_t dest, Status *why) const {
 void Relay::send(QuicConnection *c, uint32_t dest, const wire::FrameHeader &inner,
                  const uint8_t *payload, SendListener *listener, uint64_t want_ack_id,
                  std::vector<QuicConnection::SendItem *> *items) {
-  const uint32_t me = engine_.identity().rank;
+  const uint32_t me = client_.identity().rank;
   wire::RelayPrefix p =
       prefix_to(dest, static_cast<uint8_t>(inner.kind), want_ack_id, inner.length);
   uint64_t off = 0;
@@ -267,7 +267,7 @@ void Relay::send(QuicConnection *c, uint32_t dest, const wire::FrameHeader &inne
       m.payload = payload + off;
       m.listener = listener;
     } else {
-      PooledBuf copy = engine_.pool().checkout(static_cast<size_t>(n));
+      PooledBuf copy = client_.pool().checkout(static_cast<size_t>(n));
       if (n) memcpy(copy.data(), payload + off, static_cast<size_t>(n));
       m.payload = copy.data();
       m.owned = std::move(copy);
@@ -301,9 +301,9 @@ void Relay::send_control(uint32_t dest, const std::vector<uint8_t> &encoded) {
 wire::RelayPrefix Relay::prefix_to(uint32_t dest, uint8_t kind, uint64_t send_id,
                                    uint64_t total) const {
   wire::RelayPrefix p;
-  p.origin = engine_.identity().rank;
+  p.origin = client_.identity().rank;
   p.dest = dest;
-  p.ttl = static_cast<uint8_t>(std::min<uint32_t>(255, engine_.identity().world_size));
+  p.ttl = static_cast<uint8_t>(std::min<uint32_t>(255, client_.identity().world_size));
   p.inner_kind = kind;
   p.send_id = send_id;
   p.total = total;
@@ -324,12 +324,12 @@ void Relay::send_notice(uint32_t dest, uint8_t kind, uint64_t send_id, uint64_t 
 
 bool Relay::emit(uint32_t dest, OutgoingMessage m, uint64_t key, const wire::RelayPrefix &p,
                  Status *why) {
-  const uint32_t hop = engine_.topology().next_hop(engine_.identity().rank, dest);
-  if (QuicConnection *c = engine_.conn_to(hop)) {
+  const uint32_t hop = client_.topology().next_hop(client_.identity().rank, dest);
+  if (QuicConnection *c = client_.peer(hop).direct_connection()) {
     c->send(std::move(m), false, key);
     return true;
   }
-  if (engine_.forming(hop)) {
+  if (client_.peer(hop).forming()) {
     parked_[hop].push_back(Parked{std::move(m), key, p});
     return true;
   }
@@ -343,7 +343,7 @@ void Relay::on_neighbour_ready(uint32_t rank) {
   if (it == parked_.end()) return;
   std::vector<Parked> parked = std::move(it->second);
   parked_.erase(it);
-  QuicConnection *c = engine_.conn_to(rank);
+  QuicConnection *c = client_.peer(rank).direct_connection();
   for (Parked &x : parked)
     c->send(std::move(x.msg), false, x.key);
 }
@@ -379,7 +379,7 @@ void Relay::forward(uint32_t from, const wire::FrameHeader &h, const wire::Relay
       LOG_WARN("relay: cannot forward rank %u's message: %s", p.origin, why.message.c_str());
     if (p.send_id != 0 && (p.flags & wire::kRelayWantAck))
       send_notice(p.origin, wire::kRelayNack, p.send_id,
-                  engine_.topology().next_hop(engine_.identity().rank, p.dest));
+                  client_.topology().next_hop(client_.identity().rank, p.dest));
     return;
   }
   bytes_forwarded_ += n;
@@ -398,11 +398,11 @@ void Relay::release(uint32_t from, uint64_t bytes) {
 void Relay::finish_notice(uint32_t from, const wire::RelayPrefix &p, const wire::FrameHeader &,
                           std::vector<uint8_t> body) {
   if (p.inner_kind == static_cast<uint8_t>(wire::FrameKind::Control)) {
-    engine_.on_relayed_control(p.origin, body);
+    client_.router().on_relayed_control(p.origin, body);
     return;
   }
   if (p.inner_kind == wire::kRelayRankLost) {
-    if (p.total >= engine_.identity().world_size) return;
+    if (p.total >= client_.identity().world_size) return;
     const auto lost = static_cast<uint32_t>(p.total);
     on_rank_lost(lost, error(NEXAR_ERR_PEER_FAILED,
                              format("rank %u lost its connection to rank %u", p.origin, lost),
@@ -443,20 +443,20 @@ void Relay::fail_watches(const Status &why, bool (*match)(const Watch &, uint32_
 }
 
 bool Relay::passes(uint32_t from, uint32_t to, uint32_t r) const {
-  const uint32_t world = engine_.identity().world_size;
+  const uint32_t world = client_.identity().world_size;
   for (uint32_t cur = from, hops = 0; cur != to && hops <= world; ++hops) {
-    cur = engine_.topology().next_hop(cur, to);
+    cur = client_.topology().next_hop(cur, to);
     if (cur == r) return true;
   }
   return false;
 }
 
 std::vector<uint32_t> Relay::behind(uint32_t r) const {
-  const uint32_t me = engine_.identity().rank;
+  const uint32_t me = client_.identity().rank;
   std::vector<uint32_t> out;
   // Routes need not be symmetric (a tie goes clockwise both ways), so the
   // way back from d counts as well.
-  for (uint32_t d = 0; d < engine_.identity().world_size; ++d)
+  for (uint32_t d = 0; d < client_.identity().world_size; ++d)
     if (d != me && (d == r || passes(me, d, r) || passes(d, me, r))) out.push_back(d);
   return out;
 }
@@ -480,7 +480,7 @@ void Relay::on_neighbour_lost(uint32_t rank, const QuicConnection *c, const Stat
   if (pit != parked_.end()) {
     std::vector<Parked> parked = std::move(pit->second);
     parked_.erase(pit);
-    const uint32_t self = engine_.identity().rank;
+    const uint32_t self = client_.identity().rank;
     for (Parked &x : parked) {
       ++dropped_;
       if (x.msg.listener) x.msg.listener->on_send_done(why);
@@ -489,9 +489,9 @@ void Relay::on_neighbour_lost(uint32_t rank, const QuicConnection *c, const Stat
         send_notice(x.prefix.origin, wire::kRelayNack, x.prefix.send_id, rank);
     }
   }
-  if (!engine_.topology().sparse()) return;
-  const uint32_t me = engine_.identity().rank;
-  const uint32_t world = engine_.identity().world_size;
+  if (!client_.topology().sparse()) return;
+  const uint32_t me = client_.identity().rank;
+  const uint32_t world = client_.identity().world_size;
   // Everyone else hears of it (those only reachable through it cannot be).
   for (uint32_t d = 0; d < world; ++d)
     if (d != me && d != rank && !passes(me, d, rank)) send_notice(d, wire::kRelayRankLost, 0, rank);
@@ -501,7 +501,7 @@ void Relay::on_neighbour_lost(uint32_t rank, const QuicConnection *c, const Stat
 void Relay::on_rank_lost(uint32_t lost, const Status &why) {
   if (lost >= lost_.size() || lost_[lost]) return;
   lost_[lost] = true;
-  const uint32_t me = engine_.identity().rank;
+  const uint32_t me = client_.identity().rank;
   fail_watches(
       error(NEXAR_ERR_PEER_FAILED,
             format("relayed send: rank %u on its route was lost: %s", lost, why.message.c_str())),
@@ -515,9 +515,9 @@ void Relay::on_rank_lost(uint32_t lost, const Status &why) {
                      static_cast<int32_t>(d));
     fail_watches(
         s, [](const Watch &w, uint32_t r) { return w.dest == r; }, d);
-    engine_.fail_unreachable(d, s);
+    client_.fail_unreachable(d, s);
   }
-  if (!engine_.topology().is_neighbour(me, lost)) engine_.fail_unreachable(lost, why);
+  if (!client_.topology().is_neighbour(me, lost)) client_.fail_unreachable(lost, why);
 }
 
 }  // namespace nexar

@@ -1,5 +1,5 @@
 // Relay: messages between ranks that have no direct connection (sparse
-// topologies, cluster/topology.h). The upstream name for the receive side is
+// topologies, client/topology.h). The upstream name for the receive side is
 // RelayDeliveries; here one object per engine does both sides (loop thread).
 //
 // Origin: a message to a non-neighbour is cut into chunks of at most
@@ -45,7 +45,7 @@
 
 namespace nexar {
 
-class Engine;
+class Client;
 class RelaySink;
 
 // Bytes received from one neighbour for forwarding and not yet acknowledged
@@ -61,7 +61,7 @@ class RelayWaiter {
 
 class Relay {
  public:
-  explicit Relay(Engine &engine);
+  explicit Relay(Client &client);
   ~Relay();
   Relay(const Relay &) = delete;
   Relay &operator=(const Relay &) = delete;
@@ -155,7 +155,7 @@ class Relay {
   // Whether the route from `from` to `to` goes through r (to itself counts).
   bool passes(uint32_t from, uint32_t to, uint32_t r) const;
 
-  Engine &engine_;
+  Client &client_;
   uint64_t next_send_id_ = 1;
   std::unordered_map<uint64_t, Watch> watches_;
   std::unordered_map<uint32_t, Flow> flows_;                  // by origin

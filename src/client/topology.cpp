@@ -1,4 +1,4 @@
-#include "cluster/topology.h"
+#include "client/topology.h"
 
 #include <strings.h>
 

@@ -24,11 +24,11 @@ uint64_t stream_key(const wire::FrameHeader &h) {
 
 }  // namespace
 
-SendWait::SendWait(Engine &engine, OpContext *op, uint64_t deadline_ns, uint32_t world_peer,
+SendWait::SendWait(Client &client, OpContext *op, uint64_t deadline_ns, uint32_t world_peer,
                    int32_t user_rank, const wire::FrameHeader &h, const void *payload,
                    const char *what, SendCompletion completion)
     : Wait(op->loop(), op, deadline_ns, user_rank),
-      engine_(engine),
+      client_(client),
       world_peer_(world_peer),
       user_rank_(user_rank),
       header_(h),
@@ -46,20 +46,33 @@ bool SendWait::await_ready() {
     finish(op_->status());
     return true;
   }
-  if (!engine_.direct(world_peer_)) return relay_ready();
-  conn_ = engine_.conn_to(world_peer_);
+  const PeerConnection &peer = client_.peer(world_peer_);
+  relayed_ = !peer.direct();
+  if (relayed_) {
+    if (const Status *dead = peer.failure()) {
+      finish(
+          error(NEXAR_ERR_PEER_FAILED,
+                format("%s: rank %d is unreachable: %s", what_, user_rank_, dead->message.c_str()),
+                user_rank_));
+      return true;
+    }
+  }
+  Status why;
+  conn_ = peer.route(&why);
   if (!conn_) {
-    const Status *dead = engine_.peer_failure(world_peer_);
+    const Status *dead = peer.failure();
     finish(error(NEXAR_ERR_PEER_FAILED,
-                 format("%s: no connection to rank %d%s%s", what_, user_rank_, dead ? ": " : "",
-                        dead ? dead->message.c_str() : ""),
+                 relayed_ ? format("%s: %s", what_, why.message.c_str())
+                          : format("%s: no connection to rank %d%s%s", what_, user_rank_,
+                                   dead ? ": " : "", dead ? dead->message.c_str() : ""),
                  user_rank_));
     return true;
   }
+  if (relayed_) return relay_start();
   OutgoingMessage msg;
   msg.header = header_;
   if (copies(*conn_)) {
-    PooledBuf copy = engine_.pool().checkout(static_cast<size_t>(header_.length));
+    PooledBuf copy = client_.pool().checkout(static_cast<size_t>(header_.length));
     if (header_.length) memcpy(copy.data(), payload_, static_cast<size_t>(header_.length));
     msg.payload = copy.data();
     msg.owned = std::move(copy);
@@ -73,30 +86,16 @@ bool SendWait::await_ready() {
   return finished();  // a closed connection reports at once
 }
 
-bool SendWait::relay_ready() {
-  relayed_ = true;
-  Status why;
-  if (const Status *dead = engine_.peer_failure(world_peer_)) {
-    finish(error(NEXAR_ERR_PEER_FAILED,
-                 format("%s: rank %d is unreachable: %s", what_, user_rank_, dead->message.c_str()),
-                 user_rank_));
-    return true;
-  }
-  conn_ = engine_.relay().route(world_peer_, &why);
-  if (!conn_) {
-    why.failed_rank = user_rank_;
-    finish(error(NEXAR_ERR_PEER_FAILED, format("%s: %s", what_, why.message.c_str()), user_rank_));
-    return true;
-  }
+bool SendWait::relay_start() {
   if (copies(*conn_)) {
-    engine_.relay().send(conn_, world_peer_, header_, payload_, nullptr, 0, nullptr);
+    client_.relay().send(conn_, world_peer_, header_, payload_, nullptr, 0, nullptr);
     finish(Status());
     return true;
   }
-  const uint32_t hop = engine_.topology().next_hop(engine_.identity().rank, world_peer_);
-  send_id_ = engine_.relay().watch(this, world_peer_, hop);
+  const uint32_t hop = client_.topology().next_hop(client_.identity().rank, world_peer_);
+  send_id_ = client_.relay().watch(this, world_peer_, hop);
   relay_started_ = true;
-  engine_.relay().send(conn_, world_peer_, header_, payload_, this, send_id_, &chunks_);
+  client_.relay().send(conn_, world_peer_, header_, payload_, this, send_id_, &chunks_);
   return finished();  // a closed connection reports at once
 }
 
@@ -141,7 +140,7 @@ void SendWait::on_send_done(const Status &s) {
 
 void SendWait::detach() {
   if (relayed_) {
-    if (send_id_) engine_.relay().unwatch(std::exchange(send_id_, 0));
+    if (send_id_) client_.relay().unwatch(std::exchange(send_id_, 0));
     // Chunks not acknowledged yet: the transport must let go of the buffer.
     // A chunk cut off half-way reaches the destination padded with zeros and
     // the message after it is refused there (its flow restarted early).
@@ -170,30 +169,31 @@ std::string SendWait::timeout_message() const {
                 static_cast<unsigned long long>(header_.length));
 }
 
-Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t to,
-                     wire::FrameKind kind, uint64_t tag, uint32_t check, const void *data,
-                     uint64_t len, const char *what, SendCompletion completion) {
-  if (to == comm->rank()) {
-    MsgKey key{comm->world_rank_of(to), static_cast<uint8_t>(kind), comm->comm_id(), tag};
-    comm->engine().mailbox().deliver_local(key, data, len, check);
+Task<Status> send_to(OpScope scope, Envelope e, const void *data, uint64_t len,
+                     SendCompletion completion) {
+  Communicator *comm = scope.comm;
+  if (e.peer == comm->rank()) {
+    MsgKey key{comm->world_rank_of(e.peer), static_cast<uint8_t>(e.kind), comm->comm_id(), e.tag};
+    comm->client().mailbox().deliver_local(key, data, len, e.check);
     co_return Status();
   }
   wire::FrameHeader h;
-  h.kind = kind;
+  h.kind = e.kind;
   h.comm_id = comm->comm_id();
-  h.tag = tag;
+  h.tag = e.tag;
   h.length = len;
-  h.check = check;
-  co_return co_await SendWait(comm->engine(), op, deadline_ns, comm->world_rank_of(to),
-                              static_cast<int32_t>(to), h, data, what, completion);
+  h.check = e.check;
+  co_return co_await SendWait(comm->client(), scope.op, scope.deadline_ns,
+                              comm->world_rank_of(e.peer), static_cast<int32_t>(e.peer), h, data,
+                              e.what, completion);
 }
 
-Task<Status> recv_from(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t from,
-                       wire::FrameKind kind, uint64_t tag, uint32_t check, void *data, uint64_t len,
-                       const char *what, CombineOnArrival combine) {
-  MsgKey key{comm->world_rank_of(from), static_cast<uint8_t>(kind), comm->comm_id(), tag};
-  co_return co_await RecvWait(&comm->engine().mailbox(), op, deadline_ns, key, data, len, check,
-                              static_cast<int32_t>(from), what, combine);
+Task<Status> recv_from(OpScope scope, Envelope e, void *data, uint64_t len,
+                       CombineOnArrival combine) {
+  Communicator *comm = scope.comm;
+  MsgKey key{comm->world_rank_of(e.peer), static_cast<uint8_t>(e.kind), comm->comm_id(), e.tag};
+  co_return co_await RecvWait(&comm->client().mailbox(), scope.op, scope.deadline_ns, key, data,
+                              len, e.check, static_cast<int32_t>(e.peer), e.what, combine);
 }
 
 }  // namespace nexar

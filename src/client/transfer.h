@@ -7,6 +7,7 @@
 
 #include "client/communicator.h"
 #include "client/mailbox.h"
+#include "client/peer_connection.h"
 #include "client/relay.h"
 #include "engine/task.h"
 #include "engine/wait.h"
@@ -38,7 +39,7 @@ constexpr uint64_t kEagerQueueLimit = 8ull << 20;
 // acknowledged every chunk and the destination the whole message.
 class SendWait : public Wait, public SendListener, public RelayWaiter {
  public:
-  SendWait(Engine &engine, OpContext *op, uint64_t deadline_ns, uint32_t world_peer,
+  SendWait(Client &client, OpContext *op, uint64_t deadline_ns, uint32_t world_peer,
            int32_t user_rank, const wire::FrameHeader &h, const void *payload, const char *what,
            SendCompletion completion);
   bool await_ready();
@@ -52,7 +53,7 @@ class SendWait : public Wait, public SendListener, public RelayWaiter {
   std::string timeout_message() const override;
 
  private:
-  Engine &engine_;
+  Client &client_;
   uint32_t world_peer_;
   int32_t user_rank_;
   wire::FrameHeader header_;
@@ -68,7 +69,8 @@ class SendWait : public Wait, public SendListener, public RelayWaiter {
   std::vector<QuicConnection::SendItem *> chunks_;
   size_t chunks_done_ = 0;
   uint64_t send_id_ = 0;  // waiting for the destination's Ack while != 0
-  bool relay_ready();
+  // The rest of await_ready for a relayed send (conn_ is the first hop).
+  bool relay_start();
   // Whether this send is copied now and completes at once (Copied, small
   // enough, and the connection's queue under kEagerQueueLimit).
   bool copies(const QuicConnection &c) const;
@@ -76,16 +78,32 @@ class SendWait : public Wait, public SendListener, public RelayWaiter {
   void maybe_finish_relayed();
 };
 
-// Sends len bytes to comm rank `to`: kind/tag select the receiver's match key.
-// `check` travels with the message; a receive expecting another value fails
-// with NEXAR_ERR_MISMATCH (0 for point-to-point).
-Task<Status> send_to(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t to,
-                     wire::FrameKind kind, uint64_t tag, uint32_t check, const void *data,
-                     uint64_t len, const char *what, SendCompletion completion);
-// Receives exactly len bytes from comm rank `from` into data (combined with
-// what is there as it arrives when combine.own is set).
-Task<Status> recv_from(Communicator *comm, OpContext *op, uint64_t deadline_ns, uint32_t from,
-                       wire::FrameKind kind, uint64_t tag, uint32_t check, void *data, uint64_t len,
-                       const char *what, CombineOnArrival combine = {});
+// The operation a message belongs to: its communicator, its context (abort,
+// destroy or a sibling's failure end its waits at once) and its deadline.
+struct OpScope {
+  Communicator *comm;
+  OpContext *op;
+  uint64_t deadline_ns;
+};
+
+// Which message (MPI's word): the peer (a rank of the communicator), the
+// receiver's match key (kind and tag), the check that travels with it (a
+// receive expecting another value fails with NEXAR_ERR_MISMATCH; 0 for
+// point-to-point) and what it is part of, for error messages.
+struct Envelope {
+  uint32_t peer;
+  wire::FrameKind kind;
+  uint64_t tag;
+  uint32_t check;
+  const char *what;
+};
+
+// Sends len bytes of data to e.peer.
+Task<Status> send_to(OpScope scope, Envelope e, const void *data, uint64_t len,
+                     SendCompletion completion);
+// Receives exactly len bytes from e.peer into data (combined with what is
+// there as it arrives when combine.own is set).
+Task<Status> recv_from(OpScope scope, Envelope e, void *data, uint64_t len,
+                       CombineOnArrival combine = {});
 
 }  // namespace nexar

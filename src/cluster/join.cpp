@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cluster/interface_select.h"
+#include "cluster/mesh.h"
 #include "core/clock.h"
 #include "core/host.h"
 #include "core/log.h"
@@ -492,19 +493,21 @@ Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out) {
            static_cast<unsigned long long>(t.cluster_id), t.ca_fingerprint.c_str());
 
   // 4. The mesh, on the socket bound in step 1.
-  auto engine =
-      std::make_shared<Engine>(Engine::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
-  if (!(s = engine->start_on(fd.release()))) return s;
-  std::weak_ptr<Engine> weak = engine;
+  auto rank_client =
+      make_client(Client::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
+  if (!(s = rank_client->start_on(fd.release()))) return s;
+  auto mesh = std::make_shared<MeshFormation>(rank_client);
+  std::weak_ptr<MeshFormation> weak = mesh;
   client.on_failure([weak](const Status &why) {
-    if (auto e = weak.lock()) e->fail_mesh(why);
+    if (auto m = weak.lock()) m->fail(why);
   });
-  s = engine->start_mesh(t.peers);
-  if (s) s = engine->wait_mesh();
+  s = mesh->start(t.peers);
+  if (s) s = mesh->wait();
   if (!s) {
     client.report_error(s);
     client.close();
-    engine->shutdown();
+    mesh.reset();
+    rank_client->shutdown();
     return s;
   }
   client.report_ready(t.rank);
@@ -512,7 +515,7 @@ Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out) {
   std::vector<uint32_t> identity(t.world_size);
   for (uint32_t r = 0; r < t.world_size; ++r)
     identity[r] = r;
-  *out = std::make_unique<Communicator>(engine, 0, t.rank, identity, true);
+  *out = std::make_unique<Communicator>(rank_client, 0, t.rank, identity, true);
   LOG_INFO("rank %u joined a world of %u through the seed at %s", t.rank, t.world_size,
            seed.to_string().c_str());
   return {};

@@ -81,21 +81,18 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
 
 Task<Status> Coll::send(uint32_t to, uint32_t step, const void *data, uint64_t bytes) {
   sent_[to] = 1;
-  return send_to(comm_, op_, deadline_ns_, to, wire::FrameKind::Collective, tag(step), check_, data,
-                 bytes, what(), SendCompletion::Copied);
+  return send_to(scope(), envelope(to, step), data, bytes, SendCompletion::Copied);
 }
 
 Task<Status> Coll::recv(uint32_t from, uint32_t step, void *data, uint64_t bytes) {
   heard_[from] = 1;
-  return recv_from(comm_, op_, deadline_ns_, from, wire::FrameKind::Collective, tag(step), check_,
-                   data, bytes, what());
+  return recv_from(scope(), envelope(from, step), data, bytes);
 }
 
 Task<Status> Coll::recv_reduce(uint32_t from, uint32_t step, void *data, const void *own,
                                uint64_t bytes, bool own_first) {
   heard_[from] = 1;
-  return recv_from(comm_, op_, deadline_ns_, from, wire::FrameKind::Collective, tag(step), check_,
-                   data, bytes, what(),
+  return recv_from(scope(), envelope(from, step), data, bytes,
                    CombineOnArrival{static_cast<const uint8_t *>(own), args_.dtype, args_.op,
                                     esize_, own_first});
 }
@@ -127,11 +124,8 @@ Task<Status> Coll::confirm() {
   for (uint32_t p = 0; p < size(); ++p) {
     if (p == rank()) continue;
     if (heard_[p] && !sent_[p])
-      t.push_back(send_to(comm_, op_, deadline_ns_, p, wire::FrameKind::Collective, tag(kDoneStep),
-                          check_, nullptr, 0, what(), SendCompletion::Copied));
-    if (!heard_any && sent_[p])
-      t.push_back(recv_from(comm_, op_, deadline_ns_, p, wire::FrameKind::Collective,
-                            tag(kDoneStep), check_, nullptr, 0, what()));
+      t.push_back(send_to(scope(), envelope(p, kDoneStep), nullptr, 0, SendCompletion::Copied));
+    if (!heard_any && sent_[p]) t.push_back(recv_from(scope(), envelope(p, kDoneStep), nullptr, 0));
   }
   if (t.empty()) co_return Status();
   co_return co_await when_all(op_, std::move(t));
@@ -140,7 +134,7 @@ Task<Status> Coll::confirm() {
 Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
                             Task<Status> (*algorithm)(Coll &)) {
   Coll coll(comm, op, kind, args);
-  Mailbox &box = comm->engine().mailbox();
+  Mailbox &box = comm->client().mailbox();
   const uint64_t seq = coll.seq();
   box.begin_collective(comm->comm_id(), seq, coll.check(), [comm, op, &coll](uint32_t world_peer) {
     const int32_t rank = comm->rank_of_world(world_peer);

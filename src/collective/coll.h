@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client/communicator.h"
+#include "client/transfer.h"
 #include "core/buffer_pool.h"
 #include "engine/task.h"
 
@@ -51,7 +52,7 @@ class Coll {
   size_t esize() const { return esize_; }
   Communicator *comm() const { return comm_; }
   OpContext *op() const { return op_; }
-  BufferPool &pool() const { return comm_->engine().pool(); }
+  BufferPool &pool() const { return comm_->client().pool(); }
   const Config &config() const { return comm_->config(); }
   uint64_t seq() const { return op_->coll_seq(); }
   // "allreduce #12": the prefix of every message this collective reports.
@@ -85,6 +86,11 @@ class Coll {
   static constexpr uint32_t kDoneStep = (1u << 24) - 1;  // reserved for confirm()
   Task<Status> both(Task<Status> a, Task<Status> b);
   uint64_t tag(uint32_t step) const { return (seq() << 24) | step; }
+  OpScope scope() const { return {comm_, op_, deadline_ns_}; }
+  // The message of `step` to or from peer.
+  Envelope envelope(uint32_t peer, uint32_t step) const {
+    return {peer, wire::FrameKind::Collective, tag(step), check_, what()};
+  }
   std::vector<uint8_t> sent_, heard_;  // per peer: this rank sent to / received from it
 
   Communicator *comm_;

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cluster/topology.h"
+#include "client/topology.h"
 
 namespace nexar {
 namespace {

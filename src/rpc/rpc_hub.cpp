@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "client/client.h"
 #include "client/communicator.h"
-#include "client/engine.h"
 #include "client/transfer.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -259,14 +259,25 @@ struct Job {
     const wire::FrameHeader h = job->h;
     const uint64_t n = job->request.size();
     job.reset();  // the request's memory goes now, not after the reply is sent
-    hub->engine_.loop().post(
+    hub->client_.loop().post(
         [hub, from, h, s, reply, n] { hub->answer(from, h, s, std::move(reply->data), n); });
   }
 };
 
 // ---- RpcHub -----------------------------------------------------------------------
 
-RpcHub::RpcHub(Engine &engine) : engine_(engine) {}
+RpcHub::RpcHub(Client &client) : client_(client) {}
+
+RpcHub &RpcHub::of(Client &client) {
+  // Every client that serves communicators is made by make_client, which
+  // installs an RpcHub as its lanes.
+  return static_cast<RpcHub &>(*client.rpc_lanes());
+}
+
+void RpcHub::add_stats(nexar_stats_t *out) const {
+  out->rpc_requests_served = served_;
+  out->rpc_responses_dropped = dropped_;
+}
 
 RpcHub::~RpcHub() {
   for (auto &[id, w] : waiters_)
@@ -340,7 +351,7 @@ Task<Status> RpcHub::call(Communicator *comm, OpContext *op, uint32_t target, ui
     const auto *p = static_cast<const uint8_t *>(request);
     dispatch(world, h, std::vector<uint8_t>(p, p + request_len));
   } else {
-    Status s = co_await SendWait(engine_, op, deadline, world, user_rank, h, request,
+    Status s = co_await SendWait(client_, op, deadline, world, user_rank, h, request,
                                  "nexar_rpc_call", SendCompletion::Copied);
     if (!s) co_return s;
   }
@@ -392,8 +403,8 @@ void RpcHub::dispatch(uint32_t from, const wire::FrameHeader &h, std::vector<uin
   l.queued_bytes += request.size();
   const uint64_t n = request.size();
   const uint32_t fn_id = h.check;
-  const uint32_t me = engine_.identity().rank;
-  Communicator *comm = engine_.comm_by_id(h.comm_id);
+  const uint32_t me = client_.identity().rank;
+  Communicator *comm = client_.comms().by_id(h.comm_id);
   const int32_t src = comm ? comm->rank_of_world(from) : -1;
   if (l.queued > kServeMaxQueued) {
     LOG_WARN("rpc: rank %u has %u requests queued from rank %u; refusing request %llu (fn %u)", me,
@@ -445,7 +456,7 @@ void RpcHub::answer(uint32_t from, const wire::FrameHeader &h, Status s, PooledB
     if (l.queued == 0 && l.credit.empty()) load_.erase(lit);
   }
 
-  if (from == engine_.identity().rank) {  // a call to ourselves
+  if (from == client_.identity().rank) {  // a call to ourselves
     auto it = waiters_.find(h.tag);
     if (it == waiters_.end()) {
       ++dropped_;
@@ -475,7 +486,7 @@ void RpcHub::answer(uint32_t from, const wire::FrameHeader &h, Status s, PooledB
   }
   msg.header.length = msg.owned.size();
   msg.payload = msg.owned.data();
-  if (!engine_.send_owned(from, std::move(msg), 0))
+  if (!client_.peer(from).send_owned(std::move(msg), 0))
     LOG_DEBUG("rpc: the response to request %llu of rank %u is dropped: no connection", ull(h.tag),
               from);
 }

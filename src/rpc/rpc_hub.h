@@ -1,4 +1,4 @@
-// RpcHub: one engine's RPC lanes (loop thread only unless noted).
+// RpcHub: one client's RPC lanes (loop thread only unless noted).
 //
 // Caller side: nexar_rpc_call is an operation of its communicator. It takes a
 // slot in the window of calls in flight to its target (kCallWindow), registers
@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/rpc_lanes.h"
 #include "client/withheld_credit.h"
 #include "core/status.h"
 #include "engine/task.h"
@@ -33,7 +34,7 @@
 
 namespace nexar {
 
-class Engine;
+class Client;
 class Communicator;
 
 namespace rpc {
@@ -48,17 +49,21 @@ class RequestSink;
 class ResponseSink;
 struct Job;
 
-class RpcHub {
+// The RPC lanes of a client (client/rpc_lanes.h): cluster/mesh.h installs one
+// in every client it makes.
+class RpcHub : public RpcLanes {
  public:
-  explicit RpcHub(Engine &engine);
-  ~RpcHub();
+  explicit RpcHub(Client &client);
+  ~RpcHub() override;
+  // The hub installed in this client.
+  static RpcHub &of(Client &client);
   RpcHub(const RpcHub &) = delete;
   RpcHub &operator=(const RpcHub &) = delete;
 
   // The handlers of a communicator (any thread); created when asked to.
   std::shared_ptr<RpcRegistry> registry(const Communicator *comm, bool create);
   // The communicator is going away (its handlers with it).
-  void drop_comm(const Communicator *comm);
+  void drop_comm(const Communicator *comm) override;
 
   // The body of nexar_rpc_call (comm ranks; *out is set on success).
   Task<Status> call(Communicator *comm, OpContext *op, uint32_t target, uint32_t fn_id,
@@ -68,15 +73,13 @@ class RpcHub {
   // `from` is the world rank that made the frame (for a relayed frame, its
   // origin; c is then the last hop, whose credit the sink withholds).
   MessageSink *on_request(uint32_t from, QuicConnection *c, int64_t stream_id,
-                          const wire::FrameHeader &h);
-  MessageSink *on_response(uint32_t from, const wire::FrameHeader &h);
+                          const wire::FrameHeader &h) override;
+  MessageSink *on_response(uint32_t from, const wire::FrameHeader &h) override;
   // Every call waiting on this world rank fails with s.
-  void fail_peer(uint32_t world_rank, const Status &s);
+  void fail_peer(uint32_t world_rank, const Status &s) override;
   // The connection is going away: withheld credit is no longer returned to it.
-  void forget_connection(const QuicConnection *c);
-
-  uint64_t requests_served() const { return served_; }
-  uint64_t responses_dropped() const { return dropped_; }
+  void forget_connection(const QuicConnection *c) override;
+  void add_stats(nexar_stats_t *out) const override;
 
  private:
   friend class ResponseWait;
@@ -104,7 +107,7 @@ class RpcHub {
   void release_slot(uint32_t world_rank);
   void drop_sink(MessageSink *s);
 
-  Engine &engine_;
+  Client &client_;
   std::mutex registries_mu_;
   std::unordered_map<const Communicator *, std::shared_ptr<RpcRegistry>> registries_;
   uint64_t next_req_id_ = 1;

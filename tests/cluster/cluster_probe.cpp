@@ -81,6 +81,7 @@
 
 #include "cluster/interface_select.h"
 #include "cluster/join.h"
+#include "cluster/mesh.h"
 #include "core/log.h"
 #include "transport/codec.h"
 #include "transport/quic_endpoint.h"
@@ -342,11 +343,13 @@ int impostor(int argc, char **argv) {
     printf("PROBE_REPORTED rank=%u\n", t.rank);
     return 0;
   }
-  auto engine =
-      std::make_shared<Engine>(Engine::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
-  s = engine->start_on(fd);
-  if (s) s = engine->start_mesh(t.peers);
-  if (s) s = engine->wait_mesh();
+  auto rank_client =
+      make_client(Client::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
+  s = rank_client->start_on(fd);
+  std::unique_ptr<MeshFormation> mesh;
+  if (s) mesh = std::make_unique<MeshFormation>(rank_client);
+  if (s) s = mesh->start(t.peers);
+  if (s) s = mesh->wait();
   if (!s) {
     printf("PROBE_FAILED mesh: %s\n", s.message.c_str());
     return 3;

@@ -7,12 +7,12 @@
 
 #include <cstring>
 
-#include "client/engine.h"
+#include "client/client.h"
 #include "eventually.h"
 
 namespace nexar_test {
 
-inline nexar_stats_t stats_of(nexar::Engine &e) {
+inline nexar_stats_t stats_of(nexar::Client &e) {
   nexar_stats_t st;
   memset(&st, 0, sizeof st);
   e.stats(&st);
@@ -33,9 +33,9 @@ inline nexar::OutgoingMessage filled_frame(nexar::wire::FrameKind kind, uint32_t
 }
 
 // Sends m from `from` to its neighbour `to` on the engine's loop thread.
-inline void send_frame(nexar::Engine &from, uint32_t to, nexar::OutgoingMessage m) {
+inline void send_frame(nexar::Client &from, uint32_t to, nexar::OutgoingMessage m) {
   from.loop().run_sync([&] {
-    nexar::QuicConnection *c = from.conn_to(to);
+    nexar::QuicConnection *c = from.peer(to).direct_connection();
     ASSERT_NE(c, nullptr) << "no connection to rank " << to;
     c->send(std::move(m), false, 0);
   });

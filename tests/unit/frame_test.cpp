@@ -1,12 +1,12 @@
 // Frame headers and the relay prefix (transport/frame.h), and the routes of
-// sparse topologies (cluster/topology.h).
+// sparse topologies (client/topology.h).
 #include "transport/frame.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "cluster/topology.h"
+#include "client/topology.h"
 
 using namespace nexar;
 

@@ -4,8 +4,8 @@
 // offers them), not left to GnuTLS.
 #include <gtest/gtest.h>
 
+#include "client_probe.h"
 #include "cluster/local_bootstrap.h"
-#include "engine_probe.h"
 #include "transport/packet_cipher.h"
 
 using namespace nexar;
@@ -14,14 +14,14 @@ using namespace nexar_test;
 namespace {
 
 // Sends a message nobody receives: the peer buffers it as unexpected data.
-void send_bulk(Engine &from, uint32_t to, uint32_t tag, size_t bytes) {
+void send_bulk(Client &from, uint32_t to, uint32_t tag, size_t bytes) {
   send_frame(from, to, filled_frame(wire::FrameKind::P2P, tag, bytes, static_cast<uint8_t>(tag)));
 }
 
-uint64_t key_updates(Engine &e, uint32_t peer) {
+uint64_t key_updates(Client &e, uint32_t peer) {
   uint64_t n = 0;
   e.loop().run_sync([&] {
-    if (QuicConnection *c = e.conn_to(peer)) n = c->key_updates();
+    if (QuicConnection *c = e.peer(peer).direct_connection()) n = c->key_updates();
   });
   return n;
 }
@@ -32,7 +32,7 @@ TEST(KeyUpdate, TrafficContinuesOnTheNewKeysAndTheFastPath) {
   Config cfg;
   std::vector<std::unique_ptr<Communicator>> w;
   ASSERT_TRUE(bootstrap_local(2, cfg, &w).ok());
-  Engine &a = w[0]->engine(), &b = w[1]->engine();
+  Client &a = w[0]->client(), &b = w[1]->client();
   const size_t n = 4 << 20;
 
   send_bulk(a, 1, 1, n);
@@ -46,7 +46,7 @@ TEST(KeyUpdate, TrafficContinuesOnTheNewKeysAndTheFastPath) {
   // previous update settled: retry briefly.
   Status st;
   ASSERT_TRUE(eventually([&] {
-    a.loop().run_sync([&] { st = a.conn_to(1)->initiate_key_update(); });
+    a.loop().run_sync([&] { st = a.peer(1).direct_connection()->initiate_key_update(); });
     return st.ok();
   })) << st.message;
 

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <optional>
 
+#include "client_probe.h"
 #include "cluster/local_bootstrap.h"
-#include "engine_probe.h"
 
 using namespace nexar;
 using namespace nexar_test;
@@ -38,7 +38,7 @@ void exchange(std::optional<Exchange> *out) {
   Config cfg;
   std::vector<std::unique_ptr<Communicator>> w;
   ASSERT_TRUE(bootstrap_local(2, cfg, &w).ok());
-  Engine &a = w[0]->engine(), &b = w[1]->engine();
+  Client &a = w[0]->client(), &b = w[1]->client();
   const TransportStats a0 = a.transport_stats(), b0 = b.transport_stats();
   for (uint32_t i = 0; i < kMessages; ++i) {
     send_frame(a, 1, filled_frame(wire::FrameKind::P2P, 1, 8, static_cast<uint8_t>(i)));

@@ -18,7 +18,8 @@ namespace {
 struct Fixture : ::testing::Test {
   EventLoop loop{0};
   OpContext op{&loop, 1, "test"};
-  Mailbox box{BufferPool::create(PoolProfile::Training)};
+  PeerLiveness liveness;
+  Mailbox box{BufferPool::create(PoolProfile::Training), liveness};
   uint64_t deadline = now_ns() + 10 * 1000 * kNsPerMs;
   MsgKey key(uint64_t tag) { return MsgKey{1, 2, 0, tag}; }
   // Delivers a whole message; returns the credit handed back at once.
@@ -105,7 +106,9 @@ TEST_F(Fixture, PeerFailureFailsPostedReceives) {
   uint8_t dst[4];
   RecvWait w(&box, &op, deadline, key(1), dst, 4, 0, 1, "recv");
   EXPECT_FALSE(w.await_ready());
-  box.fail_peer(1, error(NEXAR_ERR_PEER_FAILED, "gone", 1));
+  const Status gone = error(NEXAR_ERR_PEER_FAILED, "gone", 1);
+  liveness.mark_failed(1, gone);
+  box.fail_peer(1, gone);
   EXPECT_TRUE(w.finished());
   EXPECT_EQ(w.result().code, NEXAR_ERR_PEER_FAILED);
   RecvWait later(&box, &op, deadline, key(2), dst, 4, 0, 1, "recv");

@@ -4,8 +4,8 @@
 // relayed message sent after them is still delivered.
 #include <gtest/gtest.h>
 
+#include "client_probe.h"
 #include "cluster/local_bootstrap.h"
-#include "engine_probe.h"
 
 using namespace nexar;
 using namespace nexar_test;
@@ -13,7 +13,7 @@ using namespace nexar_test;
 namespace {
 
 // Sends one relay frame from `from` to its neighbour `to`.
-void inject(Engine &from, uint32_t to, wire::RelayPrefix p, uint64_t chunk,
+void inject(Client &from, uint32_t to, wire::RelayPrefix p, uint64_t chunk,
             wire::FrameKind inner = wire::FrameKind::P2P) {
   if (p.inner_kind == 0) p.inner_kind = static_cast<uint8_t>(inner);
   OutgoingMessage m = filled_frame(wire::FrameKind::Relay, 77, static_cast<size_t>(chunk), 0xAB);
@@ -29,9 +29,9 @@ TEST(RelayGuard, HostileFramesAreDroppedAndTrafficContinues) {
   cfg.topology = NEXAR_TOPOLOGY_RING;
   std::vector<std::unique_ptr<Communicator>> w;
   ASSERT_TRUE(bootstrap_local(6, cfg, &w).ok());
-  Engine &r0 = w[0]->engine();
-  Engine &r1 = w[1]->engine();
-  Engine &r2 = w[2]->engine();
+  Client &r0 = w[0]->client();
+  Client &r1 = w[1]->client();
+  Client &r2 = w[2]->client();
 
   auto base = [] {
     wire::RelayPrefix p;

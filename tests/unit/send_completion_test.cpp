@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "client/transfer.h"
+#include "client_probe.h"
 #include "cluster/local_bootstrap.h"
 #include "engine/spawn.h"
-#include "engine_probe.h"
 
 using namespace nexar;
 using namespace nexar_test;
@@ -31,7 +31,7 @@ using std::chrono::seconds;
 // whether the loop thread entered the command within 30 s.
 class LoopHold {
  public:
-  explicit LoopHold(Engine &e) {
+  explicit LoopHold(Client &e) {
     // The command owns what it touches (the shared promise, its copy of the
     // release future), so this object may go whether or not it ever ran.
     auto entered = std::make_shared<std::promise<void>>();
@@ -68,8 +68,8 @@ class SendCompletionTest : public ::testing::Test {
     sender().loop().run_sync([&] { op_.reset(); });
     world_.clear();
   }
-  Engine &sender() { return world_[0]->engine(); }
-  Engine &receiver() { return world_[1]->engine(); }
+  Client &sender() { return world_[0]->client(); }
+  Client &receiver() { return world_[1]->client(); }
 
   // Starts `count` sends of `bytes` to rank 1 on the sender's loop thread;
   // returns how many completed before the command returned.
@@ -78,8 +78,9 @@ class SendCompletionTest : public ::testing::Test {
     uint32_t at_once = 0;
     sender().loop().run_sync([&] {
       for (uint32_t i = 0; i < count; ++i)
-        spawn(send_to(world_[0].get(), op_.get(), UINT64_MAX, 1, wire::FrameKind::P2P, 7, 0,
-                      payload_.data(), bytes, "test send", completion),
+        spawn(send_to({world_[0].get(), op_.get(), UINT64_MAX},
+                      {1, wire::FrameKind::P2P, 7, 0, "test send"}, payload_.data(), bytes,
+                      completion),
               [this](Status s) {
                 if (!s) failures_.fetch_add(1);
                 completed_.fetch_add(1);
@@ -92,7 +93,7 @@ class SendCompletionTest : public ::testing::Test {
   uint64_t queued_bytes() {
     uint64_t q = 0;
     sender().loop().run_sync([&] {
-      QuicConnection *c = sender().conn_to(1);
+      QuicConnection *c = sender().peer(1).direct_connection();
       q = c ? c->queued_bytes() : UINT64_MAX;
     });
     return q;

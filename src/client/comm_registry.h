@@ -1,0 +1,44 @@
+// CommRegistry: the communicators of one client by id, and the notices peers
+// send about them (Abort, CollectiveMismatch), including those that arrive
+// before this rank finished creating the communicator (loop thread only).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/status.h"
+#include "transport/codec.h"
+
+namespace nexar {
+
+class Communicator;
+
+class CommRegistry {
+ public:
+  using Notice = std::variant<wire::Abort, wire::CollectiveMismatch>;
+
+  void add(Communicator *c);
+  void remove(Communicator *c);
+  // The communicator with this id, or nullptr.
+  Communicator *by_id(uint64_t comm_id) const;
+  // World rank `from` sent a notice about one of this rank's communicators.
+  void on_notice(uint32_t from, const Notice &notice);
+  // A frame of collective seq of comm_id arrived from world rank `peer` after
+  // it ended here with another check: every rank still in it must fail.
+  void on_late_mismatch(uint64_t comm_id, uint64_t seq, uint32_t peer);
+  // A peer is gone: every communicator fails with s.
+  void fail_all(const Status &s);
+
+ private:
+  // Copies: a handler may add or remove communicators while it runs.
+  std::vector<Communicator *> list(uint64_t comm_id) const;
+
+  std::unordered_map<uint64_t, std::vector<Communicator *>> comms_;
+  std::unordered_map<uint64_t, std::vector<std::pair<uint32_t, Notice>>> early_notices_;
+};
+
+}  // namespace nexar

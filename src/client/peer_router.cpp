@@ -1,0 +1,123 @@
+#include "client/peer_router.h"
+
+#include "client/client.h"
+#include "core/host.h"
+#include "core/log.h"
+
+namespace nexar {
+namespace {
+constexpr uint16_t kProtocolVersion = 1;
+}  // namespace
+
+MessageSink *PeerRouter::deliver(uint32_t origin, QuicConnection *c, int64_t stream_id,
+                                 const wire::FrameHeader &h) {
+  if (h.kind == wire::FrameKind::RpcRequest || h.kind == wire::FrameKind::RpcResponse) {
+    RpcLanes *rpc = client_.rpc_lanes();
+    if (!rpc) return nullptr;
+    return h.kind == wire::FrameKind::RpcRequest ? rpc->on_request(origin, c, stream_id, h)
+                                                 : rpc->on_response(origin, h);
+  }
+  MsgKey key{origin, static_cast<uint8_t>(h.kind), h.comm_id, h.tag};
+  return client_.mailbox().on_message(key, h.length, h.check, c, stream_id);
+}
+
+MessageSink *PeerRouter::on_message(QuicConnection *c, int64_t stream_id,
+                                    const wire::FrameHeader &h) {
+  if (h.kind == wire::FrameKind::Relay) return client_.relay().on_frame(c, stream_id, h);
+  return deliver(c->expected_peer_rank(), c, stream_id, h);
+}
+
+void PeerRouter::on_relayed_control(uint32_t origin, std::span<const uint8_t> message) {
+  wire::DecodeResult r = wire::decode_control(message);
+  if (!r) {
+    LOG_WARN("relay: malformed control message from rank %u dropped: %s", origin, r.error.c_str());
+    return;
+  }
+  if (const auto *a = std::get_if<wire::Abort>(&*r.message))
+    client_.comms().on_notice(origin, *a);
+  else if (const auto *m = std::get_if<wire::CollectiveMismatch>(&*r.message))
+    client_.comms().on_notice(origin, *m);
+  else
+    LOG_WARN("relay: rank %u relayed a control message that only travels directly; dropped",
+             origin);
+}
+
+void PeerRouter::on_control(QuicConnection *c, std::span<const uint8_t> message) {
+  wire::DecodeResult r = wire::decode_control(message);
+  if (!r) {
+    c->close(1, error(NEXAR_ERR_PROTOCOL, format("malformed control message from rank %u: %s",
+                                                 c->expected_peer_rank(), r.error.c_str())));
+    return;
+  }
+  const uint32_t from = c->expected_peer_rank();
+  std::visit(
+      [&](const auto &m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, wire::Hello>) {
+          on_hello(c, m);
+        } else if constexpr (std::is_same_v<T, wire::HelloAck>) {
+          if (client_.peer(from).connection() == c && m.rank == from) client_.peer_ready(from, c);
+        } else if constexpr (std::is_same_v<T, wire::Abort> ||
+                             std::is_same_v<T, wire::CollectiveMismatch>) {
+          client_.comms().on_notice(from, m);
+        } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
+          LOG_DEBUG("rank %u said goodbye", from);
+        } else {
+          // Heartbeats and the rest carry nothing this client acts on yet.
+        }
+      },
+      *r.message);
+}
+
+void PeerRouter::on_handshake_done(QuicConnection *c, const NodeIdentity &peer) {
+  const Client::Identity &me = client_.identity();
+  if (peer.rank >= me.world_size || peer.rank == me.rank) {
+    c->close(1, error(NEXAR_ERR_AUTH, format("certificate names rank %u, outside this world of %u",
+                                             peer.rank, me.world_size)));
+    return;
+  }
+  // The client speaks first; the server answers once the hello matches the
+  // rank its certificate names.
+  if (client_.peer(peer.rank).connection() == c)
+    c->send_control(
+        wire::Hello{kProtocolVersion, me.cluster_id, me.rank, me.world_size, host_name()});
+}
+
+void PeerRouter::on_hello(QuicConnection *c, const wire::Hello &h) {
+  const Client::Identity &me = client_.identity();
+  const uint32_t cert_rank = c->expected_peer_rank();
+  Status s;
+  if (h.protocol_version != kProtocolVersion)
+    s = error(NEXAR_ERR_PROTOCOL, format("rank %u speaks protocol %u, this node %u", h.rank,
+                                         h.protocol_version, kProtocolVersion));
+  else if (h.rank != cert_rank)
+    s = error(NEXAR_ERR_AUTH,
+              format("peer claims rank %u but its certificate names rank %u", h.rank, cert_rank));
+  else if (h.cluster_id != me.cluster_id || h.world_size != me.world_size)
+    s = error(NEXAR_ERR_AUTH, format("rank %u belongs to another cluster or world size (%u)",
+                                     h.rank, h.world_size));
+  else if (!client_.peer(h.rank).direct())
+    s = error(NEXAR_ERR_PROTOCOL,
+              format("rank %u is not a neighbour of rank %u in the %s topology", h.rank, me.rank,
+                     topology_name(client_.topology().kind())));
+  else if (h.rank <= me.rank)
+    s = error(NEXAR_ERR_PROTOCOL,
+              format("rank %u connected to rank %u; lower ranks never connect", h.rank, me.rank));
+  else if (client_.peer(h.rank).connection() && client_.peer(h.rank).connection() != c)
+    s = error(NEXAR_ERR_AUTH, format("a second connection claims rank %u", h.rank));
+  if (!s) {
+    LOG_WARN("refusing mesh connection from %s: %s", c->remote().to_string().c_str(),
+             s.message.c_str());
+    c->close(1, s);
+    return;
+  }
+  client_.peer(h.rank).attach(c);
+  c->send_control(wire::HelloAck{me.rank});
+  client_.peer_ready(h.rank, c);
+}
+
+void PeerRouter::on_closed(QuicConnection *c, const Status &why) {
+  client_.connection_closed(c, why);
+}
+
+}  // namespace nexar
