@@ -134,18 +134,16 @@ void Incoming::finish(bool ok) {
 
 // ---- RecvWait ------------------------------------------------------------------
 
-RecvWait::RecvWait(Mailbox *box, OpContext *op, uint64_t deadline_ns, MsgKey key, void *buf,
-                   uint64_t size, uint32_t check, int32_t user_rank, const char *what,
-                   const CombineOnArrival &combine)
-    : Wait(op->loop(), op, deadline_ns, user_rank),
+RecvWait::RecvWait(Mailbox *box, OpContext *op, uint64_t deadline_ns, const PostedRecv &r)
+    : Wait(op->loop(), op, deadline_ns, r.user_rank),
       box_(box),
-      key_(key),
-      buf_(static_cast<uint8_t *>(buf)),
-      size_(size),
-      check_(check),
-      user_rank_(user_rank),
-      what_(what),
-      combine_(combine) {}
+      key_(r.key),
+      buf_(static_cast<uint8_t *>(r.buf)),
+      size_(r.size),
+      check_(r.check),
+      user_rank_(r.user_rank),
+      what_(r.what),
+      combine_(r.combine) {}
 
 void RecvWait::combine(uint64_t off, const uint8_t *incoming, size_t elems) {
   const CombineOnArrival &c = combine_;

@@ -86,11 +86,22 @@ class Incoming : public MessageSink {
   uint64_t withheld_ = 0;  // credit not yet returned to the peer
 };
 
+// A receive to post: its match key, where its bytes go, the check it expects
+// (another fails it with NEXAR_ERR_MISMATCH), the rank and operation its
+// errors name, and how it combines what arrives.
+struct PostedRecv {
+  MsgKey key;
+  void *buf;
+  uint64_t size;
+  uint32_t check;
+  int32_t user_rank;
+  const char *what;
+  CombineOnArrival combine = {};
+};
+
 class RecvWait : public Wait {
  public:
-  RecvWait(Mailbox *box, OpContext *op, uint64_t deadline_ns, MsgKey key, void *buf, uint64_t size,
-           uint32_t check, int32_t user_rank, const char *what,
-           const CombineOnArrival &combine = {});
+  RecvWait(Mailbox *box, OpContext *op, uint64_t deadline_ns, const PostedRecv &r);
   bool await_ready();
   bool await_suspend(std::coroutine_handle<> h) { return suspend(h); }
   Status await_resume() { return result(); }

@@ -192,8 +192,9 @@ Task<Status> recv_from(OpScope scope, Envelope e, void *data, uint64_t len,
                        CombineOnArrival combine) {
   Communicator *comm = scope.comm;
   MsgKey key{comm->world_rank_of(e.peer), static_cast<uint8_t>(e.kind), comm->comm_id(), e.tag};
-  co_return co_await RecvWait(&comm->client().mailbox(), scope.op, scope.deadline_ns, key, data,
-                              len, e.check, static_cast<int32_t>(e.peer), e.what, combine);
+  co_return co_await RecvWait(
+      &comm->client().mailbox(), scope.op, scope.deadline_ns,
+      PostedRecv{key, data, len, e.check, static_cast<int32_t>(e.peer), e.what, combine});
 }
 
 }  // namespace nexar

@@ -38,12 +38,12 @@ TEST_F(Fixture, UnexpectedMessagesWaitForTheirReceiveInOrder) {
   EXPECT_EQ(box.keys(), 2u);
   EXPECT_EQ(box.buffered_bytes(), 7u);
   uint8_t a[3], b[3], c[1];
-  RecvWait w9(&box, &op, deadline, key(9), c, 1, 0, 1, "recv");
+  RecvWait w9(&box, &op, deadline, {key(9), c, 1, 0, 1, "recv"});
   ASSERT_TRUE(w9.await_ready());
   EXPECT_TRUE(w9.result().ok());
   EXPECT_EQ(c[0], 7);
-  RecvWait w1(&box, &op, deadline, key(5), a, 3, 0, 1, "recv");
-  RecvWait w2(&box, &op, deadline, key(5), b, 3, 0, 1, "recv");
+  RecvWait w1(&box, &op, deadline, {key(5), a, 3, 0, 1, "recv"});
+  RecvWait w2(&box, &op, deadline, {key(5), b, 3, 0, 1, "recv"});
   ASSERT_TRUE(w1.await_ready());
   ASSERT_TRUE(w2.await_ready());
   EXPECT_EQ(a[0], 1);
@@ -63,7 +63,7 @@ TEST_F(Fixture, CreditIsWithheldPastTheBudget) {
   EXPECT_EQ(box.buffered_bytes(), total);
   std::vector<uint8_t> dst(chunk.size());
   for (int i = 0; i < 8; ++i) {
-    RecvWait w(&box, &op, deadline, key(100 + i), dst.data(), dst.size(), 0, 1, "recv");
+    RecvWait w(&box, &op, deadline, {key(100 + i), dst.data(), dst.size(), 0, 1, "recv"});
     ASSERT_TRUE(w.await_ready());
     ASSERT_TRUE(w.result().ok()) << w.result().message;
   }
@@ -73,7 +73,7 @@ TEST_F(Fixture, CreditIsWithheldPastTheBudget) {
 
 TEST_F(Fixture, PostedReceiveTakesBytesDirectly) {
   uint8_t dst[4] = {0};
-  RecvWait w(&box, &op, deadline, key(1), dst, 4, 0, 1, "recv");
+  RecvWait w(&box, &op, deadline, {key(1), dst, 4, 0, 1, "recv"});
   EXPECT_FALSE(w.await_ready());
   std::vector<uint8_t> data{9, 8, 7, 6};
   MessageSink *s = box.on_message(key(1), 4, 0, nullptr, -1);
@@ -88,7 +88,7 @@ TEST_F(Fixture, PostedReceiveTakesBytesDirectly) {
 TEST_F(Fixture, SizeMismatchAndCheckMismatch) {
   arrive(3, {1, 2, 3, 4, 5});
   uint8_t small[2];
-  RecvWait w(&box, &op, deadline, key(3), small, 2, 0, 1, "recv");
+  RecvWait w(&box, &op, deadline, {key(3), small, 2, 0, 1, "recv"});
   ASSERT_TRUE(w.await_ready());
   EXPECT_EQ(w.result().code, NEXAR_ERR_SIZE_MISMATCH);
   EXPECT_EQ(box.keys(), 0u) << "the mismatched message was consumed";
@@ -96,7 +96,7 @@ TEST_F(Fixture, SizeMismatchAndCheckMismatch) {
   uint8_t v = 1;
   s->write(&v, 1);
   s->finish(true);
-  RecvWait w2(&box, &op, deadline, key(4), small, 1, /*check*/ 78, 1, "allreduce #1");
+  RecvWait w2(&box, &op, deadline, {key(4), small, 1, /*check*/ 78, 1, "allreduce #1"});
   ASSERT_TRUE(w2.await_ready());
   EXPECT_EQ(w2.result().code, NEXAR_ERR_MISMATCH);
   EXPECT_NE(w2.result().message.find("allreduce #1"), std::string::npos);
@@ -104,14 +104,14 @@ TEST_F(Fixture, SizeMismatchAndCheckMismatch) {
 
 TEST_F(Fixture, PeerFailureFailsPostedReceives) {
   uint8_t dst[4];
-  RecvWait w(&box, &op, deadline, key(1), dst, 4, 0, 1, "recv");
+  RecvWait w(&box, &op, deadline, {key(1), dst, 4, 0, 1, "recv"});
   EXPECT_FALSE(w.await_ready());
   const Status gone = error(NEXAR_ERR_PEER_FAILED, "gone", 1);
   liveness.mark_failed(1, gone);
   box.fail_peer(1, gone);
   EXPECT_TRUE(w.finished());
   EXPECT_EQ(w.result().code, NEXAR_ERR_PEER_FAILED);
-  RecvWait later(&box, &op, deadline, key(2), dst, 4, 0, 1, "recv");
+  RecvWait later(&box, &op, deadline, {key(2), dst, 4, 0, 1, "recv"});
   EXPECT_TRUE(later.await_ready()) << "a receive from a dead peer fails at once";
   EXPECT_EQ(later.result().code, NEXAR_ERR_PEER_FAILED);
 }
@@ -177,7 +177,7 @@ void write_in_odd_pieces(MessageSink *s, const uint8_t *data, size_t from, size_
 // packet was opened drops them as write() would.
 TEST_F(Fixture, PlacementGoesOnlyToThePostedReceivesNextBytes) {
   std::vector<uint8_t> dst(64, 0);
-  RecvWait w(&box, &op, deadline, key(3), dst.data(), dst.size(), 0, 1, "recv");
+  RecvWait w(&box, &op, deadline, {key(3), dst.data(), dst.size(), 0, 1, "recv"});
   ASSERT_FALSE(w.await_ready());
   MessageSink *s = box.on_message(key(3), dst.size(), 0, nullptr, -1);
   uint8_t *to = s->place(16);
@@ -202,7 +202,7 @@ TEST_F(Fixture, PlacementGoesOnlyToThePostedReceivesNextBytes) {
 TEST_F(Fixture, CombiningOrUnpostedReceivesAreNoPlace) {
   const SumCase c(64);
   std::vector<float> dst(c.own.size());
-  RecvWait w(&box, &op, deadline, key(1), dst.data(), c.size(), 0, 1, "recv", c.combine());
+  RecvWait w(&box, &op, deadline, {key(1), dst.data(), c.size(), 0, 1, "recv", c.combine()});
   ASSERT_FALSE(w.await_ready());
   MessageSink *combining = box.on_message(key(1), c.size(), 0, nullptr, -1);
   EXPECT_EQ(combining->place(16), nullptr) << "a combining receive reads the bytes";
@@ -214,7 +214,7 @@ TEST_F(Fixture, CombiningOrUnpostedReceivesAreNoPlace) {
   early->write(data.data(), data.size());
   early->finish(true);
   std::vector<uint8_t> got(64);
-  RecvWait late(&box, &op, deadline, key(2), got.data(), got.size(), 0, 1, "recv");
+  RecvWait late(&box, &op, deadline, {key(2), got.data(), got.size(), 0, 1, "recv"});
   ASSERT_TRUE(late.await_ready());
   EXPECT_EQ(got, data);
 }
@@ -222,7 +222,7 @@ TEST_F(Fixture, CombiningOrUnpostedReceivesAreNoPlace) {
 TEST_F(Fixture, CombiningReceiveReducesWhateverTheCutOfTheBytes) {
   const SumCase c(1000);
   std::vector<float> dst(c.own.size(), -1.0f);
-  RecvWait w(&box, &op, deadline, key(1), dst.data(), c.size(), 0, 1, "recv", c.combine());
+  RecvWait w(&box, &op, deadline, {key(1), dst.data(), c.size(), 0, 1, "recv", c.combine()});
   ASSERT_FALSE(w.await_ready());
   MessageSink *s = box.on_message(key(1), c.size(), 0, nullptr, -1);
   write_in_odd_pieces(s, c.bytes(), 0, c.size());
@@ -244,7 +244,7 @@ TEST_F(Fixture, CombiningReceiveCarriesSplitEightByteElements) {
   }
   const CombineOnArrival comb{reinterpret_cast<const uint8_t *>(own.data()), NEXAR_DTYPE_F64,
                               NEXAR_OP_MAX, 8};
-  RecvWait w(&box, &op, deadline, key(5), dst.data(), n * 8, 0, 1, "recv", comb);
+  RecvWait w(&box, &op, deadline, {key(5), dst.data(), n * 8, 0, 1, "recv", comb});
   ASSERT_FALSE(w.await_ready());
   MessageSink *s = box.on_message(key(5), n * 8, 0, nullptr, -1);
   write_in_odd_pieces(s, reinterpret_cast<const uint8_t *>(incoming.data()), 0, n * 8);
@@ -262,7 +262,7 @@ TEST_F(Fixture, CombiningReceiveInPlaceTakesWhatWasBufferedThenTheRest) {
   write_in_odd_pieces(s, c.bytes(), 0, 2001);
   EXPECT_EQ(box.buffered_bytes(), 2001u);
   CombineOnArrival in_place = c.combine();
-  RecvWait w(&box, &op, deadline, key(2), c.own.data(), c.size(), 0, 1, "recv", in_place);
+  RecvWait w(&box, &op, deadline, {key(2), c.own.data(), c.size(), 0, 1, "recv", in_place});
   ASSERT_FALSE(w.await_ready());
   EXPECT_EQ(box.buffered_bytes(), 0u);
   write_in_odd_pieces(s, c.bytes(), 2001, c.size());
@@ -280,7 +280,7 @@ TEST_F(Fixture, CombiningReceiveKeepsTheOperandOrder) {
     uint32_t own = own_nan, dst = 0;
     CombineOnArrival comb{reinterpret_cast<const uint8_t *>(&own), NEXAR_DTYPE_F32, NEXAR_OP_SUM, 4,
                           own_first};
-    RecvWait w(&box, &op, deadline, key(3), &dst, 4, 0, 1, "recv", comb);
+    RecvWait w(&box, &op, deadline, {key(3), &dst, 4, 0, 1, "recv", comb});
     ASSERT_FALSE(w.await_ready());
     MessageSink *s = box.on_message(key(3), 4, 0, nullptr, -1);
     s->write(reinterpret_cast<const uint8_t *>(&incoming_nan), 4);
@@ -294,7 +294,7 @@ TEST_F(Fixture, MismatchedSizeNeverTouchesACombiningReceive) {
   SumCase c(16);
   const std::vector<float> before = c.own;
   arrive(4, std::vector<uint8_t>(c.bytes(), c.bytes() + 60));
-  RecvWait w(&box, &op, deadline, key(4), c.own.data(), c.size(), 0, 1, "recv", c.combine());
+  RecvWait w(&box, &op, deadline, {key(4), c.own.data(), c.size(), 0, 1, "recv", c.combine()});
   ASSERT_TRUE(w.await_ready());
   EXPECT_EQ(w.result().code, NEXAR_ERR_SIZE_MISMATCH);
   EXPECT_EQ(c.own, before);
