@@ -11,7 +11,7 @@ scripts/install-deps.sh ccache
 # The peers of nexar-bench's --compare test (Open MPI, Gloo) and matplotlib
 # for its plot; ctest cannot install packages.
 bench/peers/install.sh
-tools/bench/install-plot-deps.sh
+bench/install-plot-deps.sh
 jobs=$(nproc)
 
 echo "== format check"

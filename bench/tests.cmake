@@ -1,6 +1,6 @@
 # nexar-bench's own checks (included from tests/CMakeLists.txt, where testing
 # is enabled). Small sizes, few iterations, 2 ranks; figures are never
-# asserted: tools/bench/check_bench_output.py checks rows, checks and formats.
+# asserted: bench/check_bench_output.py checks rows, checks and formats.
 find_package(Python3 COMPONENTS Interpreter)
 if(NOT Python3_Interpreter_FOUND)
   message(STATUS "nexar-bench tests: no Python 3, skipped")
