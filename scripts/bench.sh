@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 bench/peers/install.sh
-tools/bench/install-plot-deps.sh
+bench/install-plot-deps.sh
 scripts/build.sh build >/dev/null
 ops=${OPS:-all} ranks=${RANKS:-2,4} sizes=${SIZES:-8,4K,256K,4M,64M}
 compare=${COMPARE:-nexar-spin,nexar-bound,openmpi,gloo}
@@ -19,8 +19,8 @@ args=("$ops" --ranks "$ranks" --sizes "$sizes" --compare "$compare"
       --json docs/bench/latest.json --plot docs/bench/latest.png "$@")
 status=0
 load=$(cut -d' ' -f1-3 /proc/loadavg)
-build/tools/bench/nexar-bench "${args[@]}" || status=$?
-python3 tools/bench/nexar_bench_report.py docs/bench/latest.json docs/benchmarks.md \
+build/bench/nexar-bench "${args[@]}" || status=$?
+python3 bench/nexar_bench_report.py docs/bench/latest.json docs/benchmarks.md \
   --command "nexar-bench ${args[*]}" \
   --note "Load average (1, 5, 15 min) when the run started: $load (other work on the machine makes the figures noisier)."
 exit "$status"

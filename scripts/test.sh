@@ -6,13 +6,12 @@
 # once more under them, then with ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# linux-perf: bench.pass_floor_reads_a_real_profile records with perf.
 # ccache: the packages' build reuses the release build's objects (build.sh).
-scripts/install-deps.sh linux-perf ccache
+scripts/install-deps.sh ccache
 # The peers of nexar-bench's --compare test (Open MPI, Gloo) and matplotlib
 # for its plot; ctest cannot install packages.
 bench/peers/install.sh
-tools/bench/install-plot-deps.sh
+bench/install-plot-deps.sh
 jobs=$(nproc)
 
 echo "== format check"

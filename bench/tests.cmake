@@ -1,6 +1,6 @@
 # nexar-bench's own checks (included from tests/CMakeLists.txt, where testing
 # is enabled). Small sizes, few iterations, 2 ranks; figures are never
-# asserted: tools/bench/check_bench_output.py checks rows, checks and formats.
+# asserted: bench/check_bench_output.py checks rows, checks and formats.
 find_package(Python3 COMPONENTS Interpreter)
 if(NOT Python3_Interpreter_FOUND)
   message(STATUS "nexar-bench tests: no Python 3, skipped")
@@ -49,25 +49,3 @@ add_test(NAME bench.compare_openmpi_one_row
 set_tests_properties(bench.compare_openmpi_one_row PROPERTIES
   TIMEOUT 900 SKIP_RETURN_CODE 77
   ENVIRONMENT "NEXAR_BENCH_CACHE=${CMAKE_BINARY_DIR}/bench-peers")
-
-# The floor of the byte passes (nexar_bench_floor.py, scripts/pass-floor.sh)
-# on a real perf recording of one row: the profile is read and the floors are
-# below the row's CPU. Skipped (77) without perf or the right to record.
-add_test(NAME bench.pass_floor_reads_a_real_profile
-         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_pass_floor.py
-                 $<TARGET_FILE:nexar-bench>)
-set_tests_properties(bench.pass_floor_reads_a_real_profile PROPERTIES
-  TIMEOUT 900 SKIP_RETURN_CODE 77)
-
-# nexar_bench_floor.py --bound-from on made-up rows: the CPU bound and the
-# goals it is set against, asserted exactly (no run, no perf).
-add_test(NAME bench.cpu_bound_from_rows
-         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_floor_bound.py)
-set_tests_properties(bench.cpu_bound_from_rows PROPERTIES TIMEOUT 120)
-
-# quic_ack_gaps.py: exact counts on a made-up log, and packets found in the
-# trace log of a real in-process run (its counts are ngtcp2's, not asserted).
-add_test(NAME bench.quic_ack_gaps_reads_the_trace_log
-         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_quic_ack_gaps.py
-                 $<TARGET_FILE:nexar-bench>)
-set_tests_properties(bench.quic_ack_gaps_reads_the_trace_log PROPERTIES TIMEOUT 300)

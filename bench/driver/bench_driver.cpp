@@ -49,10 +49,11 @@ bool is_nexar(const std::string &lib) {
 
 // ---- where things are ------------------------------------------------------
 
-// The directory holding bench/ (peers and common) and the plot script:
+// The directory holding peers/, common/ and the plot script (the source
+// tree's bench/ and the installed share dir have the same layout):
 // $NEXAR_BENCH_DATA_DIR, else the installed share dir next to the executable
 // (<prefix>/bin/nexar-bench -> <prefix>/share/nexar/bench), else the source
-// tree this binary was built from.
+// tree's bench/ this binary was built from.
 struct DataDirs {
   fs::path peers;  // contains install.sh, build.sh
   fs::path plot;   // nexar_bench_plot.py
@@ -65,6 +66,7 @@ DataDirs find_data(const std::string &self_exe) {
   if (const char *e = getenv("NEXAR_BENCH_DATA_DIR"); e && *e) roots.emplace_back(e);
   const fs::path exe_dir = fs::path(self_exe).parent_path();
   roots.push_back(exe_dir / ".." / NEXAR_BENCH_INSTALL_DATADIR);
+  if (const fs::path src = NEXAR_BENCH_SOURCE_DIR; !src.empty()) roots.push_back(src);
   for (const fs::path &r : roots) {
     std::error_code ec;
     if (d.peers.empty() && fs::exists(r / "peers" / "build.sh", ec)) d.peers = r / "peers";
@@ -73,25 +75,15 @@ DataDirs find_data(const std::string &self_exe) {
       d.plot_deps = r / "install-plot-deps.sh";
     }
   }
-  const fs::path src = NEXAR_BENCH_SOURCE_DIR;
-  std::error_code ec;
-  if (!src.empty()) {
-    if (d.peers.empty() && fs::exists(src / "bench" / "peers" / "build.sh", ec))
-      d.peers = src / "bench" / "peers";
-    if (d.plot.empty() && fs::exists(src / "tools" / "bench" / "nexar_bench_plot.py", ec)) {
-      d.plot = src / "tools" / "bench" / "nexar_bench_plot.py";
-      d.plot_deps = src / "tools" / "bench" / "install-plot-deps.sh";
-    }
-  }
   return d;
 }
 
-// nexar-run next to this executable (installed, or the build tree's
-// tools/run/), else on PATH.
+// nexar-run next to this executable (installed), or in the build tree's
+// tools/run/ (this executable is in the build tree's bench/), else on PATH.
 std::string find_launcher(const std::string &self_exe) {
   const fs::path dir = fs::path(self_exe).parent_path();
   std::error_code ec;
-  for (const fs::path &p : {dir / "nexar-run", dir / ".." / "run" / "nexar-run"})
+  for (const fs::path &p : {dir / "nexar-run", dir / ".." / "tools" / "run" / "nexar-run"})
     if (fs::exists(p, ec) && access(p.c_str(), X_OK) == 0) return fs::canonical(p, ec).string();
   return "nexar-run";
 }
@@ -569,7 +561,7 @@ class Driver {
       py = find_python();
     }
     if (py.empty()) {
-      progress_.note("--plot: no python3 with matplotlib (tools/bench/install-plot-deps.sh)");
+      progress_.note("--plot: no python3 with matplotlib (bench/install-plot-deps.sh)");
       return false;
     }
     TempDir tmp;

@@ -193,7 +193,7 @@ def mode_rows(bench, args, tmp):
             for py in ("python3", "/usr/bin/python3")):
         # nexar-bench would install matplotlib; a test must not.
         print("check_bench_output: skipped: no python3 imports matplotlib "
-              "(tools/bench/install-plot-deps.sh installs it)")
+              "(bench/install-plot-deps.sh installs it)")
         sys.exit(SKIP)
     if plot:
         plot = os.path.join(tmp, os.path.basename(plot))

@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """Draws nexar-bench rows (the --json array) as one PNG.
 
-usage: nexar_bench_plot.py ROWS.json OUT.png [--title TEXT]
+usage: nexar_bench_plot.py ROWS.json OUT.png [--title TEXT] [--dpi N]
 
 Per operation two panels, both log-log against the message size: bus
 bandwidth (GB/s; for pingpong and stream the plain bandwidth) and the median
 time per operation (us). One line per library (colour) and rank count (line
 style). Barrier has no size: one bar per library and rank count. Rows whose
 check is not "ok" are left out (and counted in the footer).
+
+The PNG is kept small, since docs/bench/latest.png is committed with every
+full run: 72 dpi by default, and a 32-colour palette when Pillow (a
+dependency of Debian's matplotlib) is there. Line plots lose nothing to it.
 """
 import argparse
+import io
 import json
 import math
 import sys
@@ -49,6 +54,7 @@ def main():
     ap.add_argument("rows")
     ap.add_argument("out")
     ap.add_argument("--title", default="")
+    ap.add_argument("--dpi", type=int, default=72, help="resolution (default 72)")
     args = ap.parse_args()
     with open(args.rows) as f:
         rows = json.load(f)
@@ -135,8 +141,24 @@ def main():
         title += f"  [{failed} failed row(s) not drawn]"
     fig.suptitle(title, y=1.0 - 0.45 / fig.get_figheight(), fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 1.0 - 0.9 / fig.get_figheight()))
-    fig.savefig(args.out, dpi=110)
+    save_small(fig, args.out, args.dpi)
     return 0
+
+
+def save_small(fig, out, dpi):
+    """Writes FIG as a palette PNG (32 colours), or as matplotlib's own RGBA
+    PNG when Pillow is missing."""
+    try:
+        from PIL import Image
+    except ImportError:
+        fig.savefig(out, dpi=dpi)
+        return
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format="png")
+    buf.seek(0)
+    with Image.open(buf) as img:
+        small = img.convert("RGB").quantize(colors=32, method=Image.Quantize.MEDIANCUT)
+        small.save(out, format="PNG", optimize=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 // Rows as the driver reads them back from the benchmark programs (one JSON
-// object per line, the keys of issue 5), and their output: --json, --csv and
-// the aligned terminal table.
+// object per line, as common/bench_measure.h writes it), and their output:
+// --json, --csv and the aligned terminal table.
 #pragma once
 
 #include <cstdint>
