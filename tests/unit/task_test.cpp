@@ -215,7 +215,7 @@ Task<Status> fails_after_a_while(EventLoop *loop, OpContext *op, Status fail) {
 
 // A started event loop and one operation on it, whose results are collected
 // from the loop thread.
-struct LoopFixture : ::testing::Test {
+struct TaskCancellation : ::testing::Test {
   EventLoop loop{0};
   std::unique_ptr<OpContext> op;
   std::mutex mu;
@@ -241,7 +241,7 @@ struct LoopFixture : ::testing::Test {
   }
 };
 
-TEST_F(LoopFixture, FailingTheOperationEndsAWaitDeepInAChain) {
+TEST_F(TaskCancellation, FailingTheOperationEndsAWaitDeepInAChain) {
   loop.run_sync([&] { start(sleeper(&loop, op.get(), 1000, kLongNs)); });
   EXPECT_EQ(finished(), 0u) << "the chain sleeps";
   const auto t0 = std::chrono::steady_clock::now();
@@ -253,7 +253,7 @@ TEST_F(LoopFixture, FailingTheOperationEndsAWaitDeepInAChain) {
   EXPECT_EQ(results[0].message, "cancelled by the test");
 }
 
-TEST_F(LoopFixture, AWaitOfAFailedOperationEndsAtOnce) {
+TEST_F(TaskCancellation, AWaitOfAFailedOperationEndsAtOnce) {
   loop.run_sync([&] {
     op->fail(Status(NEXAR_ERR_PEER_FAILED, "peer 3 is gone", 3));
     start(sleeper(&loop, op.get(), 10, kLongNs));
@@ -282,7 +282,7 @@ Task<Status> join_three(EventLoop *loop, OpContext *op, std::vector<Status> *chi
   co_return co_await when_all(op, std::move(tasks));
 }
 
-TEST_F(LoopFixture, WhenAllEndsTheOtherChildrenOnTheFirstFailure) {
+TEST_F(TaskCancellation, WhenAllEndsTheOtherChildrenOnTheFirstFailure) {
   std::vector<Status> children;  // loop thread until the join finishes
   const auto t0 = std::chrono::steady_clock::now();
   loop.run_sync([&] { start(join_three(&loop, op.get(), &children)); });
