@@ -520,9 +520,9 @@ TEST(AllreduceForcedAlgorithms, AnUnknownNameFailsEveryCall) {
   });
 }
 
-// The choice belongs to the communicator: a world made after the variable
-// is gone keeps the algorithm its configuration was built with, and a world
-// made before it was set is not affected.
+// The choice belongs to the communicator: a world made while the variable
+// was set keeps it once the variable is gone, and the worlds made before and
+// after it, in the same process, have their own.
 TEST(AllreduceForcedAlgorithm, IsChosenPerCommunicator) {
   const uint32_t n = 2;
   World before(n);
