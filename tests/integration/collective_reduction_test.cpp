@@ -520,31 +520,6 @@ TEST(AllreduceForcedAlgorithms, AnUnknownNameFailsEveryCall) {
   });
 }
 
-// The choice belongs to the communicator: a world made while the variable
-// was set keeps it once the variable is gone, and the worlds made before and
-// after it, in the same process, have their own.
-TEST(AllreduceForcedAlgorithm, IsChosenPerCommunicator) {
-  const uint32_t n = 2;
-  World before(n);
-  ASSERT_TRUE(before.ok());
-  std::optional<World> bogus;
-  {
-    ScopedEnv forced("NEXAR_ALLREDUCE_ALGO", "bogus");
-    bogus.emplace(n);
-  }
-  ASSERT_TRUE(bogus->ok());
-  World after(n);
-  ASSERT_TRUE(after.ok());
-  on_each_rank(n, [&](uint32_t r) {
-    float x = 1, y = 0;
-    EXPECT_EQ(
-        nexar_allreduce((*bogus)[r], &x, &y, 1, NEXAR_DTYPE_F32, NEXAR_OP_SUM, nullptr, nullptr),
-        NEXAR_ERR_INVALID_ARGUMENT);
-  });
-  check_allreduce(before, 1001, NEXAR_DTYPE_I32, NEXAR_OP_SUM, false, 950, "made before");
-  check_allreduce(after, 1001, NEXAR_DTYPE_I32, NEXAR_OP_SUM, false, 951, "made after");
-}
-
 // Messages rank r of w has sent so far (nexar_stats_t.messages_sent).
 uint64_t messages_sent(const World &w, uint32_t r) {
   nexar_stats_t st;
@@ -587,6 +562,31 @@ TEST(Allreduce, SmallVectorsOnThreeAndFourRanksMeetAtRankZero) {
   EXPECT_EQ(messages_sent_by_allreduce(four, 1), (Counts{3, 1, 1, 1}));
   EXPECT_EQ(messages_sent_by_allreduce(four, 4097), (Counts{2, 2, 2, 2}));
   EXPECT_EQ(messages_sent_by_allreduce(two, 1), (Counts{1, 1}));
+}
+
+// The forced algorithm is the one that runs, and it belongs to the
+// communicator: worlds made while the variable named one keep it once the
+// variable is gone, next to a world with the default in the same process.
+// One element on 4 ranks: the star by default (3 messages from rank 0, 1
+// from the others), p - 1 from every rank in the direct exchange, log2 p in
+// recursive doubling.
+TEST(AllreduceForcedAlgorithm, IsChosenPerCommunicator) {
+  const uint32_t n = 4;
+  World by_default(n);
+  std::optional<World> direct, doubling;
+  {
+    ScopedEnv forced("NEXAR_ALLREDUCE_ALGO", "direct");
+    direct.emplace(n);
+  }
+  {
+    ScopedEnv forced("NEXAR_ALLREDUCE_ALGO", "recursive_doubling");
+    doubling.emplace(n);
+  }
+  ASSERT_TRUE(by_default.ok() && direct->ok() && doubling->ok());
+  using Counts = std::vector<uint64_t>;
+  EXPECT_EQ(messages_sent_by_allreduce(by_default, 1), (Counts{3, 1, 1, 1}));
+  EXPECT_EQ(messages_sent_by_allreduce(*direct, 1), (Counts{3, 3, 3, 3}));
+  EXPECT_EQ(messages_sent_by_allreduce(*doubling, 1), (Counts{2, 2, 2, 2}));
 }
 
 // ---- reduce_scatter -------------------------------------------------------------
