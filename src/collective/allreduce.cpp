@@ -47,8 +47,9 @@
 // completes at once); ops are commutative (all NEXAR_OP_* are). In place
 // (sendbuf == recvbuf) works; sendbuf is never written.
 // NEXAR_ALLREDUCE_ALGO=auto|recursive_doubling|halving_doubling|ring|direct|star forces
-// an algorithm (read once per process); any other value fails every
-// allreduce with NEXAR_ERR_INVALID_ARGUMENT naming the variable.
+// an algorithm (read when a communicator's configuration is built); any other
+// value fails every allreduce with NEXAR_ERR_INVALID_ARGUMENT naming the
+// variable.
 //
 // References: Thakur, Rabenseifner & Gropp, "Optimization of Collective
 // Communication Operations in MPICH" (IJHPCA 2005); MPICH
@@ -58,7 +59,6 @@
 // gloo/allreduce.cc (segmented ring).
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -98,15 +98,7 @@ constexpr uint32_t kStarMaxWorld = 4;
 constexpr uint32_t kPhaseFoldIn = 0, kPhaseRounds = 0, kPhaseFoldOut = 1, kPhaseGather = 2,
                    kPhaseRing = 0, kPhaseStarIn = 0, kPhaseStarOut = 1;
 
-enum class Algo { Auto = 0, RecursiveDoubling, HalvingDoubling, Ring, Direct, Star };
-constexpr const char *kAlgoNames[] = {
-    "auto", "recursive_doubling", "halving_doubling", "ring", "direct", "star"};
-
-const ForcedChoice &forced() {
-  static const ForcedChoice f =
-      read_forced_choice("NEXAR_ALLREDUCE_ALGO", kAlgoNames, std::size(kAlgoNames), "allreduce");
-  return f;
-}
+using Algo = AllreduceAlgo;
 
 struct Vec {
   const uint8_t *src;  // this rank's contribution (the user's sendbuf)
@@ -356,10 +348,10 @@ Task<Status> allreduce(Coll &c) {
     co_return Status();
   }
   if (v.count == 0) co_return Status();
-  if (forced().index < 0)
-    co_return error(NEXAR_ERR_INVALID_ARGUMENT,
-                    format("%s: %s", c.what(), forced().problem.c_str()));
-  Algo algo = static_cast<Algo>(forced().index);
+  const ForcedChoice &forced = c.config().allreduce_algo;
+  if (!forced.valid())
+    co_return error(NEXAR_ERR_INVALID_ARGUMENT, format("%s: %s", c.what(), forced.problem.c_str()));
+  Algo algo = static_cast<Algo>(forced.index);
   if (algo == Algo::Auto) {
     if (v.bytes >= c.config().large_msg_bytes)
       algo = Algo::Ring;

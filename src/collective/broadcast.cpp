@@ -25,8 +25,8 @@
 // beats the tree (n log2 p out of the root) for large buffers; hence the
 // chain from NEXAR_LARGE_MSG_BYTES on.
 // NEXAR_BROADCAST_ALGO=auto|binomial|chain|scatter_allgather forces one
-// (read once per process); any other value fails every broadcast with
-// NEXAR_ERR_INVALID_ARGUMENT naming the variable.
+// (read when a communicator's configuration is built); any other value fails
+// every broadcast with NEXAR_ERR_INVALID_ARGUMENT naming the variable.
 //
 // Restrictions: none (any p and root; count == 0 completes at once).
 //
@@ -37,7 +37,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
-#include <iterator>
 #include <string>
 
 #include "collective/collectives.h"
@@ -58,14 +57,7 @@ constexpr uint32_t kPhaseTree = 0, kPhaseScatter = 0, kPhaseChain = 0, kPhaseRin
 // per-message overhead than they gain in pipelining).
 constexpr uint64_t kChainMinSegmentBytes = 64 << 10;  // first message: step 0
 
-enum class Algo { Auto = 0, Binomial, ScatterAllgather, Chain };
-constexpr const char *kAlgoNames[] = {"auto", "binomial", "scatter_allgather", "chain"};
-
-const ForcedChoice &forced() {
-  static const ForcedChoice f =
-      read_forced_choice("NEXAR_BROADCAST_ALGO", kAlgoNames, std::size(kAlgoNames), "broadcast");
-  return f;
-}
+using Algo = BroadcastAlgo;
 
 // Sends [first, last) of buf (element offsets) to each child of v at once;
 // child i gets range_of(child).
@@ -218,10 +210,10 @@ Task<Status> broadcast(Coll &c) {
   const uint32_t n = c.size();
   const uint64_t bytes = uint64_t{c.args().count} * c.esize();
   if (n == 1 || bytes == 0) co_return Status();
-  if (forced().index < 0)
-    co_return error(NEXAR_ERR_INVALID_ARGUMENT,
-                    format("%s: %s", c.what(), forced().problem.c_str()));
-  Algo algo = static_cast<Algo>(forced().index);
+  const ForcedChoice &forced = c.config().broadcast_algo;
+  if (!forced.valid())
+    co_return error(NEXAR_ERR_INVALID_ARGUMENT, format("%s: %s", c.what(), forced.problem.c_str()));
+  Algo algo = static_cast<Algo>(forced.index);
   if (algo == Algo::Auto)
     algo = n >= 3 && bytes >= c.config().large_msg_bytes ? Algo::Chain : Algo::Binomial;
   if (algo == Algo::Binomial) co_return co_await binomial(c);

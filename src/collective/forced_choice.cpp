@@ -1,6 +1,7 @@
 #include "collective/forced_choice.h"
 
 #include <cstdlib>
+#include <iterator>
 
 #include "collective/schedule.h"
 #include "core/log.h"
@@ -18,6 +19,16 @@ ForcedChoice read_forced_choice(const char *var, const char *const *names, int n
     f.problem += std::string(i ? ", " : "") + names[i];
   LOG_WARN("%s: every %s fails", f.problem.c_str(), collective);
   return f;
+}
+
+ForcedChoice read_forced_allreduce() {
+  return read_forced_choice("NEXAR_ALLREDUCE_ALGO", kAllreduceAlgoNames,
+                            static_cast<int>(std::size(kAllreduceAlgoNames)), "allreduce");
+}
+
+ForcedChoice read_forced_broadcast() {
+  return read_forced_choice("NEXAR_BROADCAST_ALGO", kBroadcastAlgoNames,
+                            static_cast<int>(std::size(kBroadcastAlgoNames)), "broadcast");
 }
 
 }  // namespace nexar

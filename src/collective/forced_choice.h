@@ -1,19 +1,35 @@
-// An algorithm forced through an environment variable (NEXAR_ALLREDUCE_ALGO,
-// NEXAR_BROADCAST_ALGO), read once per process. A value that names none of
-// the choices is not silently ignored: it is logged, and every call of that
-// collective fails with `problem` (all ranks must run with the same setting).
+// The algorithms a communicator's configuration may force for allreduce and
+// broadcast (NEXAR_ALLREDUCE_ALGO, NEXAR_BROADCAST_ALGO, read when its Config
+// is built). A value that names none of the choices is not silently ignored:
+// it is logged, and every call of that collective fails with `problem` (all
+// ranks must run with the same setting).
 #pragma once
 
 #include <string>
 
 namespace nexar {
 
+// The order of each enum is the order of its names.
+enum class AllreduceAlgo { Auto = 0, RecursiveDoubling, HalvingDoubling, Ring, Direct, Star };
+inline constexpr const char *kAllreduceAlgoNames[] = {
+    "auto", "recursive_doubling", "halving_doubling", "ring", "direct", "star"};
+
+enum class BroadcastAlgo { Auto = 0, Binomial, ScatterAllgather, Chain };
+inline constexpr const char *kBroadcastAlgoNames[] = {"auto", "binomial", "scatter_allgather",
+                                                      "chain"};
+
 struct ForcedChoice {
   int index = 0;        // into the names; 0 ("auto") when unset; -1 when invalid
   std::string problem;  // "VAR=value is not one of a, b, c" when invalid
+  bool valid() const { return index >= 0; }
 };
 
+// The choice the environment variable var names among names[0..n).
 ForcedChoice read_forced_choice(const char *var, const char *const *names, int n,
                                 const char *collective);
+
+// Each collective's choice, from its environment variable.
+ForcedChoice read_forced_allreduce();
+ForcedChoice read_forced_broadcast();
 
 }  // namespace nexar

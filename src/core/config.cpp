@@ -224,6 +224,9 @@ Status Config::from_options(const nexar_comm_options_t *opts, Config *out) {
                  format("topology %u is not valid (NEXAR_TOPOLOGY_FULL or _RING)", c.topology));
   if (c.pipeline_segment_bytes < 4096)
     return error(NEXAR_ERR_INVALID_ARGUMENT, "pipeline_segment_bytes must be at least 4096");
+  // An invalid choice fails only the collective it names, at each call.
+  c.allreduce_algo = read_forced_allreduce();
+  c.broadcast_algo = read_forced_broadcast();
   *out = std::move(c);
   return {};
 }

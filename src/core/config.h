@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "collective/forced_choice.h"
 #include "core/status.h"
 #include "nexar.h"
 
@@ -33,6 +34,9 @@ struct Config {
   uint32_t world_size = 0;
   uint64_t rpc_timeout_ms = 30000;
   uint32_t topology = NEXAR_TOPOLOGY_FULL;
+  // The algorithms forced for allreduce and broadcast: not option fields,
+  // read from NEXAR_ALLREDUCE_ALGO / NEXAR_BROADCAST_ALGO by from_options.
+  ForcedChoice allreduce_algo, broadcast_algo;
 
   // Copies the fields a caller set (NULL opts = defaults plus environment).
   static Status from_options(const nexar_comm_options_t *opts, Config *out);

@@ -1,7 +1,8 @@
 // Allreduce, reduce_scatter, allgather, reduce and broadcast through the C
 // ABI on in-process worlds of real QUIC peers: every algorithm (selected by
 // size, by the threshold options, and forced through NEXAR_ALLREDUCE_ALGO /
-// NEXAR_BROADCAST_ALGO in child processes), world sizes 1..13, empty, tiny,
+// NEXAR_BROADCAST_ALGO, which each communicator's configuration reads when
+// it is made), world sizes 1..13, empty, tiny,
 // odd and multi-MiB counts, every dtype and op against a reference computed
 // here, in place, every root, bit-identical float results across ranks,
 // several collectives in flight at once, mismatched calls and invalid
@@ -12,8 +13,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 
 #include "harness.h"
 
@@ -440,26 +444,46 @@ TEST(Allreduce, FloatResultsAreBitIdenticalOnEveryRank) {
   }
 }
 
-// Run in a child process with NEXAR_ALLREDUCE_ALGO set (see ForcedAlgorithms).
-TEST(AllreduceUnderEnv, DISABLED_SweepWithTheForcedAlgorithm) {
-  const char *algo = getenv("NEXAR_ALLREDUCE_ALGO");
-  ASSERT_TRUE(algo && getenv("NEXAR_TEST_CHILD")) << "runs only as a child of ForcedAlgorithms";
-  const bool invalid = strcmp(algo, "bogus") == 0;
+// Sets an environment variable while it lives, then restores it. A
+// communicator reads NEXAR_ALLREDUCE_ALGO and NEXAR_BROADCAST_ALGO when its
+// configuration is built, so the worlds made while this lives get the
+// algorithm, and keep it. (The library's threads read the environment only
+// when something is created, never from their loops, so changing it while a
+// world runs is safe.)
+class ScopedEnv {
+ public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    if (const char *old = getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+std::string param_name(const ::testing::TestParamInfo<const char *> &info) {
+  return info.param;
+}
+
+// Every allreduce algorithm, forced, on worlds that need the fold or not,
+// counts below, at and above the world size.
+class AllreduceForcedAlgorithms : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(AllreduceForcedAlgorithms, Sweep) {
+  const char *algo = GetParam();
+  ScopedEnv forced("NEXAR_ALLREDUCE_ALGO", algo);
   for (uint32_t n : {2u, 3u, 5u, 6u, 8u, 13u}) {
     World w(n);
     ASSERT_TRUE(w.ok());
-    if (invalid) {
-      std::vector<float> a(8, 1), b(8);
-      on_each_rank(n, [&](uint32_t r) {
-        std::vector<float> x(a), y(b);
-        EXPECT_EQ(nexar_allreduce(w[r], x.data(), y.data(), 8, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
-                                  nullptr, nullptr),
-                  NEXAR_ERR_INVALID_ARGUMENT);
-        EXPECT_NE(strstr(nexar_last_error_message(), "NEXAR_ALLREDUCE_ALGO"), nullptr)
-            << nexar_last_error_message();
-      });
-      return;
-    }
     uint64_t salt = 900;
     for (size_t count : {size_t{1}, size_t{n - 1}, size_t{n + 1}, size_t{1001}, size_t{30011}}) {
       for (bool in_place : {false, true}) {
@@ -473,15 +497,27 @@ TEST(AllreduceUnderEnv, DISABLED_SweepWithTheForcedAlgorithm) {
   }
 }
 
-TEST(Allreduce, ForcedAlgorithms) {
-  for (const char *algo :
-       {"recursive_doubling", "halving_doubling", "ring", "direct", "star", "bogus"}) {
-    std::string out;
-    const int status =
-        run_child(std::string("NEXAR_ALLREDUCE_ALGO=") + algo, "AllreduceUnderEnv.*", &out);
-    EXPECT_EQ(status, 0) << "NEXAR_ALLREDUCE_ALGO=" << algo << ":\n" << out;
-    EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
-  }
+INSTANTIATE_TEST_SUITE_P(Algo, AllreduceForcedAlgorithms,
+                         ::testing::Values("recursive_doubling", "halving_doubling", "ring",
+                                           "direct", "star"),
+                         param_name);
+
+// A name that is no algorithm fails every allreduce, naming the variable
+// (which proves the variable is read).
+TEST(AllreduceForcedAlgorithms, AnUnknownNameFailsEveryCall) {
+  ScopedEnv forced("NEXAR_ALLREDUCE_ALGO", "bogus");
+  const uint32_t n = 2;
+  World w(n);
+  ASSERT_TRUE(w.ok());
+  std::vector<float> a(8, 1), b(8);
+  on_each_rank(n, [&](uint32_t r) {
+    std::vector<float> x(a), y(b);
+    EXPECT_EQ(nexar_allreduce(w[r], x.data(), y.data(), 8, NEXAR_DTYPE_F32, NEXAR_OP_SUM, nullptr,
+                              nullptr),
+              NEXAR_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(strstr(nexar_last_error_message(), "NEXAR_ALLREDUCE_ALGO"), nullptr)
+        << nexar_last_error_message();
+  });
 }
 
 // Messages rank r of w has sent so far (nexar_stats_t.messages_sent).
@@ -526,6 +562,31 @@ TEST(Allreduce, SmallVectorsOnThreeAndFourRanksMeetAtRankZero) {
   EXPECT_EQ(messages_sent_by_allreduce(four, 1), (Counts{3, 1, 1, 1}));
   EXPECT_EQ(messages_sent_by_allreduce(four, 4097), (Counts{2, 2, 2, 2}));
   EXPECT_EQ(messages_sent_by_allreduce(two, 1), (Counts{1, 1}));
+}
+
+// The forced algorithm is the one that runs, and it belongs to the
+// communicator: worlds made while the variable named one keep it once the
+// variable is gone, next to a world with the default in the same process.
+// One element on 4 ranks: the star by default (3 messages from rank 0, 1
+// from the others), p - 1 from every rank in the direct exchange, log2 p in
+// recursive doubling.
+TEST(AllreduceForcedAlgorithm, IsChosenPerCommunicator) {
+  const uint32_t n = 4;
+  World by_default(n);
+  std::optional<World> direct, doubling;
+  {
+    ScopedEnv forced("NEXAR_ALLREDUCE_ALGO", "direct");
+    direct.emplace(n);
+  }
+  {
+    ScopedEnv forced("NEXAR_ALLREDUCE_ALGO", "recursive_doubling");
+    doubling.emplace(n);
+  }
+  ASSERT_TRUE(by_default.ok() && direct->ok() && doubling->ok());
+  using Counts = std::vector<uint64_t>;
+  EXPECT_EQ(messages_sent_by_allreduce(by_default, 1), (Counts{3, 1, 1, 1}));
+  EXPECT_EQ(messages_sent_by_allreduce(*direct, 1), (Counts{3, 3, 3, 3}));
+  EXPECT_EQ(messages_sent_by_allreduce(*doubling, 1), (Counts{2, 2, 2, 2}));
 }
 
 // ---- reduce_scatter -------------------------------------------------------------
@@ -744,23 +805,14 @@ TEST(Broadcast, SeveralMebibytes) {
   }
 }
 
-// Run in a child process with NEXAR_BROADCAST_ALGO set.
-TEST(BroadcastUnderEnv, DISABLED_SweepWithTheForcedAlgorithm) {
-  const char *algo = getenv("NEXAR_BROADCAST_ALGO");
-  ASSERT_TRUE(algo && getenv("NEXAR_TEST_CHILD")) << "runs only as a child of ForcedAlgorithms";
+// Every broadcast algorithm, forced, from several roots, small to 2.4 MB.
+class BroadcastForcedAlgorithms : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(BroadcastForcedAlgorithms, Sweep) {
+  ScopedEnv forced("NEXAR_BROADCAST_ALGO", GetParam());
   for (uint32_t n : {2u, 3u, 6u, 13u}) {
     World w(n);
     ASSERT_TRUE(w.ok());
-    if (strcmp(algo, "bogus") == 0) {  // proves the variable is read
-      on_each_rank(n, [&](uint32_t r) {
-        uint64_t x = 1;
-        EXPECT_EQ(nexar_broadcast(w[r], &x, 1, NEXAR_DTYPE_U64, 0, nullptr, nullptr),
-                  NEXAR_ERR_INVALID_ARGUMENT);
-        EXPECT_NE(strstr(nexar_last_error_message(), "NEXAR_BROADCAST_ALGO"), nullptr)
-            << nexar_last_error_message();
-      });
-      return;
-    }
     uint64_t salt = 8000;
     for (uint32_t root : {0u, 1u, n - 1})
       for (size_t count :
@@ -769,14 +821,22 @@ TEST(BroadcastUnderEnv, DISABLED_SweepWithTheForcedAlgorithm) {
   }
 }
 
-TEST(Broadcast, ForcedAlgorithms) {
-  for (const char *algo : {"binomial", "chain", "scatter_allgather", "bogus"}) {
-    std::string out;
-    const int status =
-        run_child(std::string("NEXAR_BROADCAST_ALGO=") + algo, "BroadcastUnderEnv.*", &out);
-    EXPECT_EQ(status, 0) << "NEXAR_BROADCAST_ALGO=" << algo << ":\n" << out;
-    EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
-  }
+INSTANTIATE_TEST_SUITE_P(Algo, BroadcastForcedAlgorithms,
+                         ::testing::Values("binomial", "chain", "scatter_allgather"), param_name);
+
+// A name that is no algorithm fails every broadcast, naming the variable.
+TEST(BroadcastForcedAlgorithms, AnUnknownNameFailsEveryCall) {
+  ScopedEnv forced("NEXAR_BROADCAST_ALGO", "bogus");
+  const uint32_t n = 2;
+  World w(n);
+  ASSERT_TRUE(w.ok());
+  on_each_rank(n, [&](uint32_t r) {
+    uint64_t x = 1;
+    EXPECT_EQ(nexar_broadcast(w[r], &x, 1, NEXAR_DTYPE_U64, 0, nullptr, nullptr),
+              NEXAR_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(strstr(nexar_last_error_message(), "NEXAR_BROADCAST_ALGO"), nullptr)
+        << nexar_last_error_message();
+  });
 }
 
 // ---- several at once, mismatches, invalid arguments -----------------------------
