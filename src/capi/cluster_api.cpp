@@ -1,6 +1,7 @@
 // Forming a world across processes: joining through a seed, or from the
 // environment a launcher left.
 #include "capi/handles.h"
+#include "capi/options.h"
 #include "cluster/env_detect.h"
 #include "cluster/join.h"
 #include "core/config.h"
@@ -27,7 +28,7 @@ NEXAR_API nexar_status_t nexar_comm_join(nexar_comm_t **out, const nexar_comm_op
     if (!out) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_join: out is NULL");
     *out = nullptr;
     nexar::Config cfg;
-    nexar::Status s = nexar::Config::from_options(opts, &cfg);
+    nexar::Status s = nexar::config_from_options(opts, &cfg);
     if (!s) return fail(nexar::error(s.code, "nexar_comm_join: " + s.message));
     std::unique_ptr<nexar::Communicator> comm;
     s = nexar::join_cluster(cfg, &comm);
@@ -41,7 +42,9 @@ NEXAR_API nexar_status_t nexar_comm_init_from_env(nexar_comm_t **out) {
     if (!out) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_init_from_env: out is NULL");
     *out = nullptr;
     std::unique_ptr<nexar::Communicator> comm;
-    nexar::Status s = nexar::init_from_env(&comm);
+    nexar::Config cfg;
+    nexar::Status s = nexar::config_from_options(nullptr, &cfg);
+    if (s) s = nexar::init_from_env(std::move(cfg), &comm);
     if (!s)
       return fail(nexar::error(s.code, "nexar_comm_init_from_env: " + s.message, s.failed_rank));
     return hand_out(std::move(comm), out);

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "capi/handles.h"
+#include "capi/options.h"
 #include "cluster/local_bootstrap.h"
 #include "core/config.h"
 
@@ -29,7 +30,7 @@ NEXAR_API nexar_status_t nexar_bootstrap_local(nexar_comm_t **comms, uint32_t wo
           NEXAR_ERR_INVALID_ARGUMENT,
           nexar::format("nexar_bootstrap_local: world_size %u is not in 1..1024", world_size));
     nexar::Config cfg;
-    nexar::Status s = nexar::Config::from_options(opts, &cfg);
+    nexar::Status s = nexar::config_from_options(opts, &cfg);
     if (!s) return fail(nexar::error(s.code, "nexar_bootstrap_local: " + s.message));
     std::vector<std::unique_ptr<nexar::Communicator>> made;
     s = nexar::bootstrap_local(world_size, cfg, &made);

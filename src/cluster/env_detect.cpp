@@ -230,7 +230,7 @@ Status detect_environment(const EnvLookup &get, EnvPlan *out) {
                    notes);
 }
 
-Status init_from_env(std::unique_ptr<Communicator> *out) {
+Status init_from_env(Config cfg, std::unique_ptr<Communicator> *out) {
   EnvPlan plan;
   Status s = detect_environment(
       [](const char *name) -> const char * {
@@ -239,8 +239,6 @@ Status init_from_env(std::unique_ptr<Communicator> *out) {
       },
       &plan);
   if (!s) return s;
-  Config cfg;
-  if (!(s = Config::from_options(nullptr, &cfg))) return s;
   cfg.seed_address = plan.seed_address;
   cfg.rank = plan.rank;
   cfg.world_size = plan.world_size;

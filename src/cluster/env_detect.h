@@ -20,6 +20,7 @@
 #include <string>
 
 #include "client/communicator.h"
+#include "core/config.h"
 #include "core/status.h"
 
 namespace nexar {
@@ -44,6 +45,8 @@ std::string first_host(const std::string &nodelist);
 // 61440 + id % 4096 for a numeric id, else a hash of it into the same range.
 uint16_t port_from_job_id(const std::string &job_id);
 
-Status init_from_env(std::unique_ptr<Communicator> *out);
+// Joins the world the environment describes, with cfg (defaults, NEXAR_*
+// variables) as the base of the configuration.
+Status init_from_env(Config cfg, std::unique_ptr<Communicator> *out);
 
 }  // namespace nexar

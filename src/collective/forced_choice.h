@@ -5,7 +5,7 @@
 // ranks must run with the same setting).
 #pragma once
 
-#include <string>
+#include "core/config.h"
 
 namespace nexar {
 
@@ -17,12 +17,6 @@ inline constexpr const char *kAllreduceAlgoNames[] = {
 enum class BroadcastAlgo { Auto = 0, Binomial, ScatterAllgather, Chain };
 inline constexpr const char *kBroadcastAlgoNames[] = {"auto", "binomial", "scatter_allgather",
                                                       "chain"};
-
-struct ForcedChoice {
-  int index = 0;        // into the names; 0 ("auto") when unset; -1 when invalid
-  std::string problem;  // "VAR=value is not one of a, b, c" when invalid
-  bool valid() const { return index >= 0; }
-};
 
 // The choice the environment variable var names among names[0..n).
 ForcedChoice read_forced_choice(const char *var, const char *const *names, int n,

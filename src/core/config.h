@@ -1,19 +1,24 @@
 // Communicator configuration: defaults, then NEXAR_* environment variables,
-// then the caller's option fields (nexar_comm_options_t).
+// then the caller's option fields (nexar_comm_options_t, read by
+// capi/options.h), and the helpers that parse the environment.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "collective/forced_choice.h"
 #include "core/status.h"
 #include "nexar.h"
 
 namespace nexar {
 
-// Fills opts (of the caller's struct_size) with defaults and the environment.
-Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size);
+// An algorithm a communicator's configuration forces for one collective
+// (collective/forced_choice.h names the choices and reads them).
+struct ForcedChoice {
+  int index = 0;        // into the collective's names; 0 ("auto") when unset; -1 when invalid
+  std::string problem;  // "VAR=value is not one of a, b, c" when invalid
+  bool valid() const { return index >= 0; }
+};
 
 // The library's own copy of a caller's options: strings owned, sizes checked.
 struct Config {
@@ -35,11 +40,9 @@ struct Config {
   uint64_t rpc_timeout_ms = 30000;
   uint32_t topology = NEXAR_TOPOLOGY_FULL;
   // The algorithms forced for allreduce and broadcast: not option fields,
-  // read from NEXAR_ALLREDUCE_ALGO / NEXAR_BROADCAST_ALGO by from_options.
+  // read from NEXAR_ALLREDUCE_ALGO / NEXAR_BROADCAST_ALGO with the options
+  // (capi/options.h).
   ForcedChoice allreduce_algo, broadcast_algo;
-
-  // Copies the fields a caller set (NULL opts = defaults plus environment).
-  static Status from_options(const nexar_comm_options_t *opts, Config *out);
 };
 
 // A field of a C options struct is present if the caller's struct_size is

@@ -1,6 +1,7 @@
 // Configuration: defaults, environment, caller fields, and clear errors for
 // values that do not parse (upstream silently ignored them).
 #include "core/config.h"
+#include "capi/options.h"
 
 #include <gtest/gtest.h>
 
@@ -58,7 +59,7 @@ TEST(Config, OlderSmallerStructsKeepDefaultsForNewFields) {
   ASSERT_TRUE(init_options_from_env(&o, old_size).ok());
   o.collective_timeout_ms = 1234;
   Config c;
-  ASSERT_TRUE(Config::from_options(&o, &c).ok());
+  ASSERT_TRUE(config_from_options(&o, &c).ok());
   EXPECT_EQ(c.collective_timeout_ms, 1234u);
   EXPECT_EQ(c.barrier_timeout_ms, 30000u) << "fields the caller's struct lacks keep defaults";
 }
@@ -68,10 +69,10 @@ TEST(Config, CallerValuesAreChecked) {
   ASSERT_TRUE(init_options_from_env(&o, sizeof o).ok());
   o.p2p_timeout_ms = 0;
   Config c;
-  EXPECT_EQ(Config::from_options(&o, &c).code, NEXAR_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(config_from_options(&o, &c).code, NEXAR_ERR_INVALID_ARGUMENT);
   o.p2p_timeout_ms = 10;
   o.completion_mode = 7;
-  EXPECT_EQ(Config::from_options(&o, &c).code, NEXAR_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(config_from_options(&o, &c).code, NEXAR_ERR_INVALID_ARGUMENT);
 }
 
 TEST(Config, Sizes) {
