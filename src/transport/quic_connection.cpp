@@ -24,13 +24,6 @@ constexpr size_t kMaxBurstPackets = 64;
 // with BBRv2's 650 KB send quantum, bursts of two were best or level on
 // every 4 and 64 MiB row measured (docs/performance.md, "Bursts").
 constexpr size_t kMaxBurstBytes = 128 << 10;
-// The unwritten rest of a cancelled send, and the stand-in bytes ngtcp2
-// copies for payloads sealed from the caller's memory (it stays in cache).
-const uint8_t kZeros[64 * 1024] = {};
-// Payloads from this size on are sealed from the caller's memory: a packet's
-// worth or a good part of one, where ngtcp2's copy costs; below it the
-// sealer would walk packets for little.
-constexpr uint64_t kMinStandIn = 16 * 1024;
 
 void ngtcp2_log(void *, const char *fmt, ...) {
   char buf[512];
@@ -53,31 +46,20 @@ QuicConnection::QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, boo
       handler_(handler),
       is_client_(is_client),
       expected_peer_rank_(expected_peer_rank),
-      cipher_(&ep->stats().packets_fast_aead, &ep->stats().bytes_sealed_in_place) {
+      framer_(this, handler, &ep->stats()),
+      fast_(&ep->stats(), &lanes_, &framer_) {
   conn_ref_.get_conn = &QuicConnection::get_conn;
   conn_ref_.user_data = this;
-  cipher_.set_placer(this);
-  cipher_.set_source(this);
   ev_init(&timer_, &QuicConnection::on_timer);
   timer_.data = this;
-  for (size_t i = 0; i < kSendStreams; ++i) {
-    const wire::Lane lane = i == kControl       ? wire::Lane::Control
-                            : i < kRpcRequest   ? wire::Lane::Data
-                            : i == kRpcRequest  ? wire::Lane::RpcRequest
-                            : i == kRpcResponse ? wire::Lane::RpcResponse
-                                                : wire::Lane::Relay;
-    streams_[i].lane_byte = static_cast<uint8_t>(lane);
-  }
 }
 
 QuicConnection::~QuicConnection() {
   ep_->loop()->stop_timer(&timer_);
   for (auto &cid : scids_)
     ep_->unroute(cid);
-  for (auto &st : streams_)
-    finish_items(st, Status(NEXAR_ERR_CLOSED, "connection destroyed"));
-  for (auto &[id, rs] : recv_)
-    if (rs.sink) rs.sink->finish(false);
+  lanes_.fail_all(Status(NEXAR_ERR_CLOSED, "connection destroyed"));
+  framer_.fail_sinks();
   if (conn_) ngtcp2_conn_del(conn_);
   if (session_) gnutls_deinit(session_);
 }
@@ -91,8 +73,7 @@ void QuicConnection::fill_callbacks(ngtcp2_callbacks *cb) {
   cb->client_initial = ngtcp2_crypto_client_initial_cb;
   cb->recv_client_initial = ngtcp2_crypto_recv_client_initial_cb;
   cb->recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
-  cb->encrypt = PacketCipher::encrypt;
-  cb->decrypt = PacketCipher::decrypt;
+  CipherFastPath::set_callbacks(cb);
   cb->hp_mask = ngtcp2_crypto_hp_mask_cb;
   cb->recv_retry = ngtcp2_crypto_recv_retry_cb;
   cb->update_key = cb_update_key;
@@ -292,7 +273,10 @@ int QuicConnection::cb_recv_stream_data(ngtcp2_conn *conn, uint32_t, int64_t sid
                                         const uint8_t *data, size_t len, void *ud, void *) {
   auto *self = static_cast<QuicConnection *>(ud);
   if (self->closed_) return 0;
-  size_t credit = self->on_stream_data(sid, offset, data, len);
+  Status failure;
+  size_t credit =
+      self->framer_.on_data(sid, offset, data, len, self->fast_.take_placement(sid), &failure);
+  if (!failure) self->fail(failure);
   if (self->closed_) return NGTCP2_ERR_CALLBACK_FAILURE;
   if (credit > 0) {
     ngtcp2_conn_extend_max_stream_offset(conn, sid, credit);
@@ -303,14 +287,14 @@ int QuicConnection::cb_recv_stream_data(ngtcp2_conn *conn, uint32_t, int64_t sid
 
 int QuicConnection::cb_acked_stream_data_offset(ngtcp2_conn *, int64_t sid, uint64_t off,
                                                 uint64_t len, void *ud, void *) {
-  static_cast<QuicConnection *>(ud)->on_acked(sid, off, len);
+  static_cast<QuicConnection *>(ud)->lanes_.on_acked(sid, off, len);
   return 0;
 }
 
 int QuicConnection::cb_extend_max_stream_data(ngtcp2_conn *, int64_t sid, uint64_t, void *ud,
                                               void *) {
   auto *self = static_cast<QuicConnection *>(ud);
-  if (SendStream *st = self->stream_by_id(sid)) st->blocked = false;
+  self->lanes_.unblock(sid);
   self->ep_->mark_dirty(self);
   return 0;
 }
@@ -348,34 +332,14 @@ void QuicConnection::cb_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *)
   gnutls_rnd(GNUTLS_RND_RANDOM, dest, len);
 }
 
-namespace {
-size_t negotiated_keylen(ngtcp2_conn *conn) {
-  return ngtcp2_crypto_aead_keylen(&ngtcp2_conn_get_crypto_ctx(conn)->aead);
-}
-}  // namespace
-
 int QuicConnection::cb_tls_secret(gnutls_session_t session,
                                   gnutls_record_encryption_level_t gtls_level,
                                   const void *rx_secret, const void *tx_secret, size_t secretlen) {
   auto *ref = static_cast<ngtcp2_crypto_conn_ref *>(gnutls_session_get_ptr(session));
   auto *self = static_cast<QuicConnection *>(ref->user_data);
-  const ngtcp2_crypto_level level =
-      ngtcp2_crypto_gnutls_from_gnutls_record_encryption_level(gtls_level);
-  // Only 1-RTT keys carry bulk data; the handshake's stay on GnuTLS alone.
-  const bool offer = level == NGTCP2_CRYPTO_LEVEL_APPLICATION;
-  uint8_t key[64];
-  if (rx_secret && ngtcp2_crypto_derive_and_install_rx_key(
-                       self->conn_, offer ? key : nullptr, nullptr, nullptr, level,
-                       static_cast<const uint8_t *>(rx_secret), secretlen) != 0)
-    return -1;
-  if (rx_secret && offer) self->cipher_.offer(key, negotiated_keylen(self->conn_));
-  if (tx_secret && ngtcp2_crypto_derive_and_install_tx_key(
-                       self->conn_, offer ? key : nullptr, nullptr, nullptr, level,
-                       static_cast<const uint8_t *>(tx_secret), secretlen) != 0)
-    return -1;
-  if (tx_secret && offer) self->cipher_.offer(key, negotiated_keylen(self->conn_));
-  gnutls_memset(key, 0, sizeof key);
-  return 0;
+  return self->fast_.install_secrets(
+      self->conn_, ngtcp2_crypto_gnutls_from_gnutls_record_encryption_level(gtls_level),
+      static_cast<const uint8_t *>(rx_secret), static_cast<const uint8_t *>(tx_secret), secretlen);
 }
 
 int QuicConnection::cb_update_key(ngtcp2_conn *conn, uint8_t *rx_secret, uint8_t *tx_secret,
@@ -384,21 +348,16 @@ int QuicConnection::cb_update_key(ngtcp2_conn *conn, uint8_t *rx_secret, uint8_t
                                   const uint8_t *current_rx_secret,
                                   const uint8_t *current_tx_secret, size_t secretlen, void *ud) {
   auto *self = static_cast<QuicConnection *>(ud);
-  uint8_t rx_key[64], tx_key[64];
-  if (ngtcp2_crypto_update_key(conn, rx_secret, tx_secret, rx_aead_ctx, rx_key, rx_iv, tx_aead_ctx,
-                               tx_key, tx_iv, current_rx_secret, current_tx_secret, secretlen) != 0)
-    return NGTCP2_ERR_CALLBACK_FAILURE;
+  const int rc = self->fast_.update_key(conn, rx_secret, tx_secret, rx_aead_ctx, rx_iv, tx_aead_ctx,
+                                        tx_iv, current_rx_secret, current_tx_secret, secretlen);
+  if (rc != 0) return rc;
   ++self->key_updates_;
-  self->cipher_.offer(rx_key, negotiated_keylen(conn));
-  self->cipher_.offer(tx_key, negotiated_keylen(conn));
-  gnutls_memset(rx_key, 0, sizeof rx_key);
-  gnutls_memset(tx_key, 0, sizeof tx_key);
   return 0;
 }
 
 void QuicConnection::cb_delete_crypto_aead_ctx(ngtcp2_conn *conn, ngtcp2_crypto_aead_ctx *ctx,
                                                void *ud) {
-  static_cast<QuicConnection *>(ud)->cipher_.forget(ctx);
+  static_cast<QuicConnection *>(ud)->fast_.forget(ctx);
   ngtcp2_crypto_delete_crypto_aead_ctx_cb(conn, ctx, ud);
 }
 
@@ -422,84 +381,29 @@ Status QuicConnection::export_keying_material(std::string_view label, uint8_t *o
   return {};
 }
 
-// ---- streams -----------------------------------------------------------------
+// ---- sending ------------------------------------------------------------------
 
 void QuicConnection::open_streams() {
-  auto open = [&](SendStream &st) {
-    if (st.id >= 0) return true;
-    int64_t id;
-    if (ngtcp2_conn_open_uni_stream(conn_, &id, nullptr) != 0) return false;
-    st.id = id;
-    ++ep_->stats().streams_opened;
-    // The lane byte goes out first, ahead of anything already queued.
-    auto item = std::make_unique<SendItem>();
-    item->header[0] = st.lane_byte;
-    item->header_len = 1;
-    for (auto &queued : st.items)
-      queued->end_offset += 1;
-    st.offset += 1;
-    // Counted like any queued byte: advance() takes it off when written, and
-    // an uncounted byte per stream wrapped the count below zero, which
-    // turned every copied send into one that waits for its acknowledgement.
-    queued_bytes_ += 1;
-    item->end_offset = 1;
-    st.items.push_front(std::move(item));
-    return true;
-  };
-  bool all = true;
-  for (size_t i = 0; i < kSendStreams && all; ++i) {
-    // Relay streams open with their first frame: full meshes never use them.
-    if (i >= kRelay && streams_[i].items.empty()) continue;
-    all = open(streams_[i]);
-  }
-  streams_open_ = all;
+  streams_open_ = lanes_.open(conn_, &ep_->stats().streams_opened);
   ep_->mark_dirty(this);
-}
-
-QuicConnection::SendItem *QuicConnection::enqueue(SendStream &st, std::unique_ptr<SendItem> item) {
-  st.offset += item->total();
-  item->end_offset = st.offset;
-  queued_bytes_ += item->total();
-  SendItem *raw = item.get();
-  st.items.push_back(std::move(item));
-  ep_->mark_dirty(this);
-  return raw;
 }
 
 QuicConnection::SendItem *QuicConnection::send(OutgoingMessage msg, bool control, uint64_t key) {
-  auto item = std::make_unique<SendItem>();
-  wire::encode_frame_header(msg.header, item->header);
-  item->owned = std::move(msg.owned);
-  item->payload = msg.payload;
-  item->payload_len = msg.header.length;
-  if (msg.header.kind == wire::FrameKind::Relay) {
-    // The relay prefix travels with the header; the payload is the chunk.
-    memcpy(item->header + wire::kFrameHeaderSize, msg.prefix, wire::kRelayPrefixSize);
-    item->header_len = wire::kFrameHeaderSize + wire::kRelayPrefixSize;
-    item->payload_len = msg.header.length - wire::kRelayPrefixSize;
-  }
-  item->listener = msg.listener;
+  const wire::FrameKind kind = msg.header.kind;
+  std::unique_ptr<SendItem> item = SendItem::framing(std::move(msg));
   if (closed_) {
     if (item->listener) item->listener->on_send_done(Status(NEXAR_ERR_CLOSED, "connection closed"));
     return nullptr;
   }
-  if (item->payload_len >= kMinStandIn && PacketCipher::available()) {
-    item->stand_in = true;
-    item->stand_in_end = item->total();
-    ++stand_in_items_;
-  }
-  const wire::FrameKind kind = msg.header.kind;
-  SendStream &st = streams_[control                                ? kControl
-                            : kind == wire::FrameKind::RpcRequest  ? kRpcRequest
-                            : kind == wire::FrameKind::RpcResponse ? kRpcResponse
-                            : kind == wire::FrameKind::Relay       ? kRelay + key % kRelayStreams
-                                                                   : kData + key % kDataStreams];
+  CipherFastPath::choose_stand_in(item.get());
+  SendLane &lane = lanes_.lane_for(control, kind, key);
   if (!control) {
     ++ep_->stats().messages_sent;
     ep_->stats().bytes_sent += item->payload_len;
   }
-  SendItem *raw = enqueue(st, std::move(item));
-  if (st.id < 0 && streams_open_) open_streams();
+  SendItem *raw = lanes_.enqueue(lane, std::move(item));
+  ep_->mark_dirty(this);
+  if (!lane.opened() && streams_open_) open_streams();
   return raw;
 }
 
@@ -517,278 +421,11 @@ void QuicConnection::send_control(const wire::ControlMessage &m, SendListener *l
 }
 
 bool QuicConnection::has_unacked() const {
-  if (closed_) return false;
-  for (const auto &st : streams_)
-    if (!st.items.empty()) return true;
-  return false;
+  return !closed_ && lanes_.has_unacked();
 }
 
 bool QuicConnection::cancel(SendItem *item, SendListener *replacement) {
-  for (SendStream &st : streams_) {
-    for (size_t i = 0; i < st.items.size(); ++i) {
-      if (st.items[i].get() != item) continue;
-      if (item->written == 0 && i >= st.next) {
-        // Never started: drop it and shift the later offsets back.
-        const uint64_t n = item->total();
-        for (size_t j = i + 1; j < st.items.size(); ++j)
-          st.items[j]->end_offset -= n;
-        st.offset -= n;
-        queued_bytes_ -= n;
-        forget_item(*item);
-        st.items.erase(st.items.begin() + static_cast<long>(i));
-        return false;
-      }
-      // What was written is still sealed from the caller's memory until
-      // acknowledged, as ngtcp2 still read it until then before.
-      if (item->stand_in) item->stand_in_end = std::min(item->stand_in_end, item->written);
-      item->zero_rest = true;
-      item->listener = replacement;
-      return true;
-    }
-  }
-  return false;
-}
-
-size_t QuicConnection::build_vecs(SendStream &st, ngtcp2_vec *vecs, size_t max) {
-  size_t n = 0;
-  for (size_t i = st.next; i < st.items.size() && n < max; ++i) {
-    SendItem &it = *st.items[i];
-    uint64_t pos = it.written;
-    if (pos < it.header_len) {
-      vecs[n++] = {it.header + pos, static_cast<size_t>(it.header_len - pos)};
-      pos = it.header_len;
-    }
-    while (pos < it.total() && n < max) {
-      const uint64_t off = pos - it.header_len;
-      const uint64_t left = it.payload_len - off;
-      if (it.stand_in && pos < it.stand_in_end) {
-        // The sealer takes the real bytes from it.payload (source()).
-        size_t k = static_cast<size_t>(std::min<uint64_t>(it.stand_in_end - pos, sizeof kZeros));
-        vecs[n++] = {const_cast<uint8_t *>(kZeros), k};
-        pos += k;
-      } else if (it.zero_rest) {
-        size_t k = static_cast<size_t>(std::min<uint64_t>(left, sizeof kZeros));
-        vecs[n++] = {const_cast<uint8_t *>(kZeros), k};
-        pos += k;
-      } else {
-        // ngtcp2_vec lengths are size_t; one vec per item keeps the count low.
-        vecs[n++] = {const_cast<uint8_t *>(it.payload + off), static_cast<size_t>(left)};
-        pos = it.total();
-      }
-    }
-  }
-  return n;
-}
-
-void QuicConnection::advance(SendStream &st, size_t n) {
-  while (n > 0 && st.next < st.items.size()) {
-    SendItem &it = *st.items[st.next];
-    const uint64_t left = it.total() - it.written;
-    const uint64_t take = std::min<uint64_t>(left, n);
-    it.written += take;
-    n -= static_cast<size_t>(take);
-    queued_bytes_ -= take;
-    if (it.written == it.total()) ++st.next;
-  }
-}
-
-void QuicConnection::on_acked(int64_t sid, uint64_t offset, uint64_t len) {
-  SendStream *st = stream_by_id(sid);
-  if (!st) return;
-  const uint64_t acked = offset + len;
-  while (!st->items.empty() && st->items.front()->end_offset <= acked &&
-         st->items.front()->written == st->items.front()->total()) {
-    std::unique_ptr<SendItem> it = std::move(st->items.front());
-    st->items.pop_front();
-    forget_item(*it);
-    if (st->next > 0) --st->next;
-    if (it->listener) it->listener->on_send_done(Status());
-  }
-}
-
-QuicConnection::SendStream *QuicConnection::stream_by_id(int64_t sid) {
-  for (auto &st : streams_)
-    if (st.id == sid) return &st;
-  return nullptr;
-}
-
-void QuicConnection::finish_items(SendStream &st, const Status &s) {
-  auto items = std::move(st.items);
-  st.items.clear();
-  st.next = 0;
-  for (auto &it : items) {
-    forget_item(*it);
-    if (it->listener) it->listener->on_send_done(s);
-  }
-}
-
-void QuicConnection::forget_item(const SendItem &it) {
-  if (it.stand_in) --stand_in_items_;
-}
-
-bool QuicConnection::source(int64_t sid, uint64_t offset, size_t len, const uint8_t **from,
-                            size_t *n) {
-  SendStream *st = stream_by_id(sid);
-  if (!st) return false;
-  // The first item that ends past offset holds it (items are in stream order).
-  auto found = std::upper_bound(
-      st->items.begin(), st->items.end(), offset,
-      [](uint64_t off, const std::unique_ptr<SendItem> &it) { return off < it->end_offset; });
-  if (found == st->items.end()) return false;
-  const SendItem &it = **found;
-  const uint64_t start = it.end_offset - it.total();
-  if (offset < start) return false;  // acknowledged and gone
-  const uint64_t at = offset - start;
-  uint64_t until = it.total();  // the end of the run at `at`
-  *from = nullptr;
-  if (at < it.header_len) {
-    until = it.header_len;
-  } else if (it.stand_in && at < it.stand_in_end) {
-    until = it.stand_in_end;
-    *from = it.payload + (at - it.header_len);
-  }
-  *n = static_cast<size_t>(std::min<uint64_t>(len, until - at));
-  return true;
-}
-
-QuicConnection::SendStream *QuicConnection::pick_stream() {
-  // Control first (barriers and heartbeats never wait behind bulk data), then
-  // the data and RPC streams round robin (a large RPC payload shares the link
-  // with bulk data; neither starves the other).
-  if (streams_[kControl].writable()) return &streams_[kControl];
-  constexpr size_t kShared = kSendStreams - kData;
-  for (size_t k = 0; k < kShared; ++k) {
-    SendStream &d = streams_[kData + (rr_ + k) % kShared];
-    if (d.writable()) {
-      rr_ = (rr_ + k + 1) % kShared;
-      return &d;
-    }
-  }
-  return nullptr;
-}
-
-uint8_t *QuicConnection::place(int64_t sid, uint64_t offset, size_t len, size_t *n) {
-  if (closed_ || placement_.len > 0) return nullptr;
-  auto found = recv_.find(sid);
-  if (found == recv_.end()) return nullptr;
-  RecvStream &rs = found->second;
-  // Only data ngtcp2 will deliver at once (it continues the stream) and that
-  // lies in the payload of the message being received, not in a header.
-  if (offset != rs.next_offset || !rs.in_payload || rs.sink == nullptr) return nullptr;
-  const size_t k = static_cast<size_t>(std::min<uint64_t>(len, rs.remaining));
-  uint8_t *to = rs.sink->place(k);
-  if (to) *n = k;
-  return to;
-}
-
-void QuicConnection::placed(int64_t sid, uint64_t offset, size_t n, const uint8_t *to) {
-  placement_ = {sid, offset, n, to};
-}
-
-size_t QuicConnection::on_stream_data(int64_t sid, uint64_t offset, const uint8_t *data,
-                                      size_t len) {
-  auto found = recv_.find(sid);
-  if (found == recv_.end()) {
-    found = recv_.emplace(sid, RecvStream{}).first;
-    ++ep_->stats().streams_accepted;
-  }
-  RecvStream &rs = found->second;
-  rs.next_offset = offset + len;
-  // The first bytes of these may have been opened into their receive
-  // already; ngtcp2's buffer then holds no plaintext for them.
-  Placement placed;
-  if (placement_.len > 0 && placement_.stream_id == sid) placed = std::exchange(placement_, {});
-  // place() saw this very state when the packet was opened, at the offset
-  // ngtcp2 delivers next; anything else would leave a receive without bytes
-  // that were opened for it, or copy bytes that were never opened.
-  auto lost = [&] {
-    fail(error(NEXAR_ERR_INTERNAL,
-               format("data from rank %u was opened for a receive that no longer takes it",
-                      expected_peer_rank_)));
-  };
-  if (placed.len > 0 && (placed.offset != offset || !rs.in_payload || rs.sink == nullptr ||
-                         std::min<uint64_t>(len, rs.remaining) != placed.len)) {
-    lost();
-    return 0;
-  }
-  size_t credit = 0;
-  while (len > 0) {
-    if (!rs.have_lane) {
-      if (!wire::valid_lane(data[0])) {
-        fail(error(NEXAR_ERR_PROTOCOL, format("rank %u opened a stream with unknown lane 0x%02x",
-                                              expected_peer_rank_, data[0])));
-        return credit;
-      }
-      rs.have_lane = true;
-      rs.lane = data[0];
-      ++data;
-      --len;
-      ++credit;
-      continue;
-    }
-    if (!rs.in_payload) {
-      size_t k = std::min(len, wire::kFrameHeaderSize - rs.header_fill);
-      memcpy(rs.header + rs.header_fill, data, k);
-      rs.header_fill += k;
-      data += k;
-      len -= k;
-      credit += k;
-      if (rs.header_fill < wire::kFrameHeaderSize) break;
-      rs.header_fill = 0;
-      Status s = wire::decode_frame_header(rs.header, &rs.frame);
-      if (s && rs.lane != static_cast<uint8_t>(wire::lane_of(rs.frame.kind)))
-        s = error(NEXAR_ERR_PROTOCOL, "frame kind does not belong on its lane");
-      if (!s) {
-        fail(error(s.code, format("malformed frame from rank %u: %s", expected_peer_rank_,
-                                  s.message.c_str())));
-        return credit;
-      }
-      rs.in_payload = true;
-      rs.remaining = rs.frame.length;
-      rs.sink = nullptr;
-      if (rs.frame.kind == wire::FrameKind::Control) {
-        // Grown as the bytes arrive, not reserved from the header's length:
-        // a header alone (32 bytes on each of 16 streams) must not claim
-        // 64 KiB apiece from a peer that never sends the rest.
-        rs.control.clear();
-      } else {
-        rs.sink = handler_->on_message(this, sid, rs.frame);
-        if (closed_) return credit;
-      }
-    }
-    size_t k = static_cast<size_t>(std::min<uint64_t>(len, rs.remaining));
-    if (placed.len > 0) {
-      size_t c = 0;
-      if (!rs.sink->placed(placed.to, k, &c)) {
-        lost();
-        return credit;
-      }
-      credit += c;
-      ep_->stats().bytes_opened_in_place += k;
-      placed = {};
-    } else if (rs.frame.kind == wire::FrameKind::Control) {
-      rs.control.insert(rs.control.end(), data, data + k);
-      credit += k;
-    } else if (k > 0) {
-      credit += rs.sink->write(data, k);
-    }
-    data += k;
-    len -= k;
-    rs.remaining -= k;
-    if (rs.remaining == 0) {
-      rs.in_payload = false;
-      if (rs.frame.kind == wire::FrameKind::Control) {
-        handler_->on_control(this, rs.control);
-      } else {
-        ++ep_->stats().messages_received;
-        ep_->stats().bytes_received += rs.frame.length;
-        MessageSink *sink = std::exchange(rs.sink, nullptr);
-        sink->finish(true);
-      }
-      if (closed_) return credit;
-    }
-  }
-  return credit;
+  return lanes_.cancel(item, replacement);
 }
 
 Status QuicConnection::initiate_key_update() {
@@ -814,9 +451,9 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
   ngtcp2_path path = path_;
   path.remote = {const_cast<sockaddr *>(from.sa()), from.len};
   ngtcp2_pkt_info pi{};
-  const PacketCipher::Scope cipher(&cipher_);
+  const PacketCipher::Scope cipher = fast_.scope();
   int rc = ngtcp2_conn_read_pkt(conn_, &path, &pi, data, len, ts);
-  placement_ = {};  // one not taken: ngtcp2 dropped its frame
+  fast_.end_packet();
   if (rc == 0) {
     ep_->mark_dirty(this);
     arm_timer();
@@ -881,17 +518,17 @@ bool QuicConnection::write() {
   bool hit_limit = false;
   ngtcp2_vec vecs[16];
   ngtcp2_pkt_info pi{};
-  const PacketCipher::Scope cipher(&cipher_);
+  const PacketCipher::Scope cipher = fast_.scope();
   for (;;) {
-    SendStream *st = pick_stream();
-    size_t nvec = st ? build_vecs(*st, vecs, 16) : 0;
+    SendLane *st = lanes_.pick();
+    size_t nvec = st ? lanes_.build_vecs(*st, vecs, 16) : 0;
     ngtcp2_ssize ndatalen = -1;
     ngtcp2_ssize nwrite = ngtcp2_conn_writev_stream(
         conn_, nullptr, &pi, buf + off, max_pkt, &ndatalen, NGTCP2_WRITE_STREAM_FLAG_MORE,
         st ? st->id : -1, nvec ? vecs : nullptr, nvec, ts);
     if (nwrite < 0) {
       if (nwrite == NGTCP2_ERR_WRITE_MORE) {
-        if (st && ndatalen >= 0) advance(*st, static_cast<size_t>(ndatalen));
+        if (st && ndatalen >= 0) lanes_.advance(*st, static_cast<size_t>(ndatalen));
         continue;
       }
       if (nwrite == NGTCP2_ERR_STREAM_DATA_BLOCKED) {
@@ -902,15 +539,15 @@ bool QuicConnection::write() {
         fail(error(NEXAR_ERR_PROTOCOL, "a lane stream was shut down"));
         return false;
       }
-      if (nwrite == NGTCP2_ERR_CALLBACK_FAILURE && cipher_.seal_error()) {
+      if (nwrite == NGTCP2_ERR_CALLBACK_FAILURE && fast_.seal_error()) {
         fail(error(NEXAR_ERR_INTERNAL, format("sealing a packet for rank %u: %s",
-                                              expected_peer_rank_, cipher_.seal_error())));
+                                              expected_peer_rank_, fast_.seal_error())));
         return false;
       }
       fail(from_ngtcp2("ngtcp2_conn_writev_stream", static_cast<int>(nwrite)));
       return false;
     }
-    if (st && ndatalen >= 0) advance(*st, static_cast<size_t>(ndatalen));
+    if (st && ndatalen >= 0) lanes_.advance(*st, static_cast<size_t>(ndatalen));
     if (nwrite == 0) break;
     sizes[npkts++] = static_cast<size_t>(nwrite);
     off += static_cast<size_t>(nwrite);
@@ -1011,7 +648,7 @@ void QuicConnection::close(uint64_t app_error, const Status &why) {
       ngtcp2_connection_close_error_set_application_error(&ccerr, app_error, nullptr, 0);
     ngtcp2_pkt_info pi{};
     uint8_t *buf = ep_->tx_buffer();
-    const PacketCipher::Scope cipher(&cipher_);
+    const PacketCipher::Scope cipher = fast_.scope();
     ngtcp2_ssize n = ngtcp2_conn_write_connection_close(conn_, nullptr, &pi, buf, datagram_size(),
                                                         &ccerr, now_ns());
     if (n > 0) {
@@ -1037,10 +674,8 @@ void QuicConnection::drop(const Status &why) {
 
 void QuicConnection::end(const Status &why) {
   ep_->loop()->stop_timer(&timer_);
-  for (auto &st : streams_)
-    finish_items(st, why);
-  for (auto &[id, rs] : recv_)
-    if (rs.sink) std::exchange(rs.sink, nullptr)->finish(false);
+  lanes_.fail_all(why);
+  framer_.fail_sinks();
   handler_->on_closed(this, why);
 }
 

@@ -1,13 +1,14 @@
 // QuicConnection: one ngtcp2 connection to one peer, with nexar's long-lived
-// lane streams on top.
-//
-// Send side: messages are queued per stream (one control stream, several data
-// streams); the payload is referenced, not copied, until the peer acknowledges
-// it (ngtcp2 retransmits from the same memory), unless the caller handed over
-// an owned copy. Receive side: every remote stream is parsed into frames; a
-// frame's payload goes to a MessageSink chosen by the ConnectionHandler. QUIC
-// receive credit is returned as the sink consumes bytes, so a consumer that
-// falls behind slows the sender instead of growing memory.
+// lane streams on top. It drives ngtcp2 (handshake, packets in and out,
+// timers, close) and composes the parts that do the rest:
+// - SendLanes (send_lanes.h): the messages queued per lane, written round
+//   robin, referenced until the peer acknowledges them;
+// - ReceiveFramer (receive_framer.h): the peer's streams parsed into frames,
+//   each payload to a MessageSink chosen by the ConnectionHandler, with QUIC
+//   receive credit returned as the sink consumes bytes;
+// - CipherFastPath (cipher_fast_path.h): the packet cipher's fast AEAD, and
+//   bulk stream data sealed from the sender's memory and opened straight
+//   into its receive.
 #pragma once
 
 #include <ev.h>
@@ -16,18 +17,19 @@
 #include <ngtcp2/ngtcp2_crypto.h>
 
 #include <cstdint>
-#include <deque>
-#include <memory>
 #include <span>
 #include <string>
-#include <unordered_map>
+#include <string_view>
 #include <vector>
 
 #include "core/buffer_pool.h"
 #include "core/status.h"
+#include "transport/cipher_fast_path.h"
 #include "transport/codec.h"
+#include "transport/connection_policy.h"
 #include "transport/frame.h"
-#include "transport/packet_cipher.h"
+#include "transport/receive_framer.h"
+#include "transport/send_lanes.h"
 #include "transport/socket_address.h"
 #include "transport/tls_credentials.h"
 
@@ -35,38 +37,6 @@ namespace nexar {
 
 class QuicEndpoint;
 class QuicConnection;
-
-// Receives the payload of one incoming message.
-class MessageSink {
- public:
-  virtual ~MessageSink() = default;
-  // Takes the next len bytes. Returns how many of them can be credited back
-  // to the peer now; the rest is credited later through release_credit().
-  virtual size_t write(const uint8_t *data, size_t len) = 0;
-  // Every payload byte has arrived (or the stream died: ok == false).
-  virtual void finish(bool ok) = 0;
-  // Where the next len bytes would be copied unchanged, if write() would
-  // copy them into memory that is there already (a posted receive): the
-  // packet cipher may open them there instead. Null: give them to write().
-  virtual uint8_t *place(size_t len) {
-    (void)len;
-    return nullptr;
-  }
-  // The next len bytes were opened at `to`, where place(len) pointed when
-  // their packet arrived: takes them, setting *credit as write() returns it,
-  // unless they no longer belong there (false: they are lost).
-  virtual bool placed(const uint8_t *to, size_t len, size_t *credit) {
-    (void)to, (void)len, (void)credit;
-    return false;
-  }
-};
-
-// Told when a queued message has been acknowledged, or can never be.
-class SendListener {
- public:
-  virtual ~SendListener() = default;
-  virtual void on_send_done(const Status &s) = 0;
-};
 
 // Events from a connection to its owner (the engine).
 class ConnectionHandler {
@@ -80,49 +50,10 @@ class ConnectionHandler {
   virtual void on_closed(QuicConnection *c, const Status &why) = 0;
 };
 
-// How the connections of an endpoint authenticate.
-//
-// Mesh connections (the default) use mutual TLS: both sides present a
-// certificate signed by the cluster CA, and the peer's certificate must name
-// this cluster (and, on the client side, the rank it dialled). Join
-// connections between a worker and the seed cannot: the worker has no
-// certificate yet. They skip certificate verification on both sides and
-// authenticate with the cluster token instead, bound to this TLS session
-// through its exporter secret (see cluster/join_protocol.h). They use another
-// ALPN, so a join client never talks to a mesh endpoint or the reverse.
-//
-// The flow-control windows are what a peer may send ahead of what nexar has
-// read, and ngtcp2 keeps out-of-order stream data up to them. Mesh peers are
-// authenticated by the handshake and get windows sized for full speed. A join
-// peer is anyone who completes a handshake, and a join message is at most
-// wire::kMaxControlBytes: with the mesh's windows, one byte sent every 8 KiB
-// of offset (ngtcp2 buffers in 8 KiB chunks) pinned 96 MiB of the seed's
-// memory per connection for about 100 KB sent.
-struct ConnectionPolicy {
-  bool mutual = true;
-  const char *alpn = "nexar/1";
-  // Initial and largest (ngtcp2 grows a window up to it). The mesh's are tens
-  // of MB: bandwidth x RTT with a wide margin, as measured.
-  uint64_t conn_window = 96ull << 20;
-  uint64_t stream_window = 32ull << 20;  // per stream
-
-  static ConnectionPolicy mesh() { return {}; }
-  static ConnectionPolicy join() { return {false, "nexar-join/1", 256 << 10, 128 << 10}; }
-};
-
-struct OutgoingMessage {
-  wire::FrameHeader header;
-  const uint8_t *payload = nullptr;  // referenced until acknowledged, unless owned
-  PooledBuf owned;                   // when set, payload points into it
-  SendListener *listener = nullptr;  // may be null (fire and forget)
-  // Relay frames only: the prefix sent between the header and the payload
-  // (header.length counts it).
-  uint8_t prefix[wire::kRelayPrefixSize] = {};
-};
-
-class QuicConnection : private PacketCipher::Placer, private PacketCipher::Source {
+class QuicConnection {
  public:
-  static constexpr size_t kDataStreams = 4;
+  static constexpr size_t kDataStreams = SendLanes::kDataStreams;
+  using SendItem = nexar::SendItem;
 
   QuicConnection(QuicEndpoint *ep, ConnectionHandler *handler, bool is_client,
                  uint32_t expected_peer_rank);
@@ -152,7 +83,6 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   // (by their frame kind) go on the RPC lanes' own streams instead, relay
   // frames on the relay streams (by key). The returned handle lets the
   // caller cancel it: see cancel().
-  struct SendItem;
   SendItem *send(OutgoingMessage msg, bool control, uint64_t key);
   // The message will not be waited for: if nothing of it was written yet it
   // is dropped (returns false); otherwise its unwritten rest is sent as zeros
@@ -187,75 +117,14 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
 
   uint32_t expected_peer_rank() const { return expected_peer_rank_; }
   const SocketAddress &remote() const { return remote_; }
-  uint64_t queued_bytes() const { return queued_bytes_; }
+  uint64_t queued_bytes() const { return lanes_.queued_bytes(); }
   ngtcp2_conn *raw() const { return conn_; }
 
-  struct SendItem {
-    uint8_t header[wire::kFrameHeaderSize + wire::kRelayPrefixSize];
-    size_t header_len = wire::kFrameHeaderSize;
-    const uint8_t *payload = nullptr;
-    uint64_t payload_len = 0;
-    PooledBuf owned;
-    SendListener *listener = nullptr;
-    uint64_t end_offset = 0;  // stream offset just past this item
-    uint64_t written = 0;     // bytes of header + payload given to ngtcp2
-    bool zero_rest = false;   // cancelled mid-way: send zeros for the rest
-    // The payload went to ngtcp2 as stand-in bytes up to stand_in_end (an
-    // offset within the item) and is sealed from `payload` (PacketCipher::Source).
-    bool stand_in = false;
-    uint64_t stand_in_end = 0;
-    uint64_t total() const { return header_len + payload_len; }
-  };
-
  private:
-  struct SendStream {
-    int64_t id = -1;
-    uint8_t lane_byte = 0;
-    std::deque<std::unique_ptr<SendItem>> items;  // not yet acknowledged, in order
-    size_t next = 0;                              // first item not fully written
-    uint64_t offset = 0;                          // next stream offset to assign
-    bool blocked = false;
-    bool writable() const { return id >= 0 && !blocked && next < items.size(); }
-  };
-  struct RecvStream {
-    bool have_lane = false;
-    uint8_t lane = 0;
-    uint8_t header[wire::kFrameHeaderSize + wire::kRelayPrefixSize];
-    size_t header_fill = 0;
-    bool in_payload = false;
-    wire::FrameHeader frame;
-    uint64_t remaining = 0;
-    MessageSink *sink = nullptr;
-    std::vector<uint8_t> control;
-    uint64_t next_offset = 0;  // stream offset of the next byte ngtcp2 delivers
-  };
-  // Stream data the packet being read had opened straight into its receive
-  // (PacketCipher::Placer); taken by on_stream_data.
-  struct Placement {
-    int64_t stream_id = -1;
-    uint64_t offset = 0;
-    size_t len = 0;
-    const uint8_t *to = nullptr;
-  };
-
   static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref);
   Status setup_tls();
   void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *p, uint64_t ts);
   void open_streams();
-  SendItem *enqueue(SendStream &st, std::unique_ptr<SendItem> item);
-  size_t build_vecs(SendStream &st, ngtcp2_vec *vecs, size_t max);
-  void advance(SendStream &st, size_t n);
-  void on_acked(int64_t stream_id, uint64_t offset, uint64_t len);
-  size_t on_stream_data(int64_t stream_id, uint64_t offset, const uint8_t *data, size_t len);
-  uint8_t *place(int64_t stream_id, uint64_t offset, size_t len, size_t *n) override;
-  void placed(int64_t stream_id, uint64_t offset, size_t n, const uint8_t *to) override;
-  bool standing_in() const override { return stand_in_items_ > 0; }
-  bool source(int64_t stream_id, uint64_t offset, size_t len, const uint8_t **from,
-              size_t *n) override;
-  // Every SendItem leaves its stream through here (acknowledged, dropped or failed).
-  void forget_item(const SendItem &it);
-  SendStream *pick_stream();
-  SendStream *stream_by_id(int64_t stream_id);
   void fail(const Status &why);
   // Ends the connection without a word to the peer (NGTCP2_ERR_DROP_CONN).
   void drop(const Status &why);
@@ -267,7 +136,6 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   size_t datagram_size() const;
   // ngtcp2_conn_handle_expiry and its failures; false once the connection failed.
   bool handle_expiry(uint64_t now);
-  void finish_items(SendStream &st, const Status &s);
 
   // ngtcp2 callbacks
   static int cb_handshake_completed(ngtcp2_conn *, void *ud);
@@ -289,8 +157,8 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
                            const uint8_t *current_rx_secret, const uint8_t *current_tx_secret,
                            size_t secretlen, void *ud);
   static void cb_delete_crypto_aead_ctx(ngtcp2_conn *, ngtcp2_crypto_aead_ctx *ctx, void *ud);
-  // GnuTLS's secret callback: what ngtcp2_crypto_gnutls installs, plus
-  // offering the 1-RTT keys to cipher_.
+  // GnuTLS's secret callback: installs the keys as ngtcp2_crypto_gnutls's
+  // own does, and offers the 1-RTT ones to the fast path.
   static int cb_tls_secret(gnutls_session_t, gnutls_record_encryption_level_t level,
                            const void *rx_secret, const void *tx_secret, size_t secretlen);
   static int cb_stream_reset(ngtcp2_conn *, int64_t sid, uint64_t final_size, uint64_t code,
@@ -307,7 +175,6 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   gnutls_session_t session_ = nullptr;
   ngtcp2_crypto_conn_ref conn_ref_;
   uint64_t key_updates_ = 0;
-  PacketCipher cipher_;  // 1-RTT packet protection on the fast AEAD when it has the key
   ngtcp2_path path_;
   ev_timer timer_;
   bool timer_armed_due_ = false;  // for TransportStats::timers_fired_due
@@ -318,19 +185,9 @@ class QuicConnection : private PacketCipher::Placer, private PacketCipher::Sourc
   bool handshake_pending_ = false;
   bool handshake_confirmed_ = false;  // no Initial can be sent any more: see datagram_size()
   std::vector<ngtcp2_cid> scids_;     // routed to us by the endpoint
-  // The send streams, one lane each: control, then the ones pick_stream()
-  // serves round robin: data (by key), RPC requests, RPC responses, relay
-  // (keyed by origin and destination, so each flow keeps its order).
-  static constexpr size_t kRelayStreams = 2;
-  static constexpr size_t kControl = 0, kData = 1, kRpcRequest = kData + kDataStreams,
-                          kRpcResponse = kRpcRequest + 1, kRelay = kRpcResponse + 1,
-                          kSendStreams = kRelay + kRelayStreams;
-  SendStream streams_[kSendStreams];
-  size_t rr_ = 0;  // round-robin position over streams_[kData..]
-  std::unordered_map<int64_t, RecvStream> recv_;
-  Placement placement_;
-  uint64_t queued_bytes_ = 0;
-  size_t stand_in_items_ = 0;  // queued items with stand_in set
+  SendLanes lanes_;
+  ReceiveFramer framer_;
+  CipherFastPath fast_;  // after lanes_ and framer_, which it reads
 };
 
 }  // namespace nexar

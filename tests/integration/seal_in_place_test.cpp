@@ -13,7 +13,7 @@ using namespace nexar_test;
 namespace {
 
 constexpr size_t kBytes = 8 << 20;
-// nexar stands in for payloads from this size on (quic_connection.cpp).
+// nexar stands in for payloads from this size on (cipher_fast_path.cpp).
 constexpr size_t kMinStandIn = 16 * 1024;
 
 }  // namespace
