@@ -185,8 +185,7 @@ void Client::connection_closed(QuicConnection *c, const Status &why) {
     if (s.failed_rank < 0) s.failed_rank = static_cast<int32_t>(r);
     const bool was_ready = p.detach();
     if (shut_down_) continue;
-    if (was_ready && s.code == NEXAR_ERR_PEER_FAILED &&
-        s.message.find("closed the connection") != std::string::npos)
+    if (was_ready && c->close_cause() == QuicConnection::CloseCause::PeerClosed)
       LOG_INFO("rank %u left: %s", r, s.message.c_str());
     else if (was_ready)
       LOG_WARN("lost rank %u: %s", r, s.message.c_str());

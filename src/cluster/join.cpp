@@ -380,7 +380,7 @@ void SeedClient::on_closed(QuicConnection *c, const Status &why) {
       fail(why, false);
     } else if (st != Stage::Failed && st != Stage::Closed) {
       std::string m = why.message;
-      if (m.find("idle timeout") != std::string::npos)
+      if (c->close_cause() == QuicConnection::CloseCause::IdleTimeout)
         m = format("no packets for %.0f s", join::kIdleTimeoutMs / 1e3);
       fail(error(why.code == NEXAR_ERR_CLOSED ? NEXAR_ERR_PEER_FAILED : why.code,
                  format("lost the connection to the seed at %s before the world formed: %s",

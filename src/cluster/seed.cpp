@@ -31,11 +31,10 @@ constexpr size_t kMaxWaiting = Seed::kMaxWorld;
 constexpr double kWaitTimeoutS = static_cast<double>(join::kChallengeWaitMs) / 1e3;
 
 // A closed join connection, said plainly (its messages name no rank).
-std::string lost_reason(const Status &why) {
-  if (why.message.find("idle timeout") != std::string::npos)
+std::string lost_reason(const QuicConnection *c, const Status &why) {
+  if (c->close_cause() == QuicConnection::CloseCause::IdleTimeout)
     return format("silent for %.0f s (killed, hung or cut off)", join::kIdleTimeoutMs / 1000.0);
-  if (why.message.find("closed the connection") != std::string::npos)
-    return "it closed its connection";
+  if (c->close_cause() == QuicConnection::CloseCause::PeerClosed) return "it closed its connection";
   return why.message;
 }
 
@@ -515,11 +514,11 @@ void Seed::on_closed(QuicConnection *c, const Status &why) {
       joined_count_.store(admitted_);
       fail_formation(NEXAR_ERR_PEER_FAILED, m->req.rank,
                      format("%s was lost before the world was complete: %s", m->describe().c_str(),
-                            lost_reason(why).c_str()));
+                            lost_reason(c, why).c_str()));
     } else if (prev == Member::State::Welcomed && phase_ == Phase::Meshing) {
       fail_formation(NEXAR_ERR_PEER_FAILED, static_cast<int32_t>(m->rank),
                      format("rank %u (%s) was lost while the mesh was forming: %s", m->rank,
-                            m->describe().c_str(), lost_reason(why).c_str()));
+                            m->describe().c_str(), lost_reason(c, why).c_str()));
     } else if (prev == Member::State::Challenged) {
       LOG_DEBUG("%s left before joining: %s", m->describe().c_str(), why.message.c_str());
     }

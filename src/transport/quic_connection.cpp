@@ -473,6 +473,7 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
       const std::string who = expected_peer_rank_ == UINT32_MAX
                                   ? "the peer at " + from.to_string()
                                   : format("rank %u", expected_peer_rank_);
+      close_cause_ = CloseCause::PeerClosed;
       fail(error(NEXAR_ERR_PEER_FAILED, who + " closed the connection" + code,
                  static_cast<int32_t>(expected_peer_rank_)));
       return false;
@@ -615,6 +616,7 @@ bool QuicConnection::handle_expiry(uint64_t now) {
   int rc = ngtcp2_conn_handle_expiry(conn_, now);
   if (rc == 0) return true;
   if (rc == NGTCP2_ERR_IDLE_CLOSE) {
+    close_cause_ = CloseCause::IdleTimeout;
     fail(error(NEXAR_ERR_PEER_FAILED,
                format("no packets from rank %u for %.1f s (idle timeout)", expected_peer_rank_,
                       static_cast<double>(ep_->idle_timeout_ns()) / 1e9),
@@ -631,12 +633,14 @@ bool QuicConnection::handle_expiry(uint64_t now) {
 
 void QuicConnection::fail(const Status &why) {
   if (closed_) return;
+  if (close_cause_ == CloseCause::Open) close_cause_ = CloseCause::Error;
   close(1, why);
 }
 
 void QuicConnection::close(uint64_t app_error, const Status &why) {
   if (closed_) return;
   closed_ = true;
+  if (close_cause_ == CloseCause::Open) close_cause_ = CloseCause::Local;
   if (conn_ && !ngtcp2_conn_is_in_closing_period(conn_) &&
       !ngtcp2_conn_is_in_draining_period(conn_)) {
     ngtcp2_connection_close_error ccerr;
@@ -662,6 +666,7 @@ void QuicConnection::close(uint64_t app_error, const Status &why) {
 void QuicConnection::drop(const Status &why) {
   if (closed_) return;
   closed_ = true;
+  close_cause_ = CloseCause::Local;
   LOG_DEBUG("%s", why.message.c_str());
   // Unroute now, not when destroyed: the client's next Initial carries the
   // same DCID and must reach the connection it starts, not this one (nor

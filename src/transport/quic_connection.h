@@ -97,6 +97,15 @@ class QuicConnection {
   // Sends CONNECTION_CLOSE (once) and fails everything queued.
   void close(uint64_t app_error, const Status &why);
   bool closed() const { return closed_; }
+  // How a closed connection ended, for those who word or grade the loss.
+  enum class CloseCause {
+    Open,         // not closed
+    Local,        // this side closed it (shut down, refused, failed a check)
+    PeerClosed,   // the peer sent CONNECTION_CLOSE
+    IdleTimeout,  // nothing from the peer for the idle timeout
+    Error,        // a transport or TLS error here
+  };
+  CloseCause close_cause() const { return close_cause_; }
   // Whether the connection is on its endpoint's list of connections to write
   // before the loop sleeps (QuicEndpoint::mark_dirty).
   bool write_queued() const { return write_queued_; }
@@ -179,6 +188,7 @@ class QuicConnection {
   ev_timer timer_;
   bool timer_armed_due_ = false;  // for TransportStats::timers_fired_due
   bool closed_ = false;
+  CloseCause close_cause_ = CloseCause::Open;
   bool write_queued_ = false;
   bool streams_open_ = false;
   bool identity_checked_ = false;
