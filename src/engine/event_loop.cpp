@@ -1,25 +1,15 @@
 #include "engine/event_loop.h"
 
 #include <sched.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/timerfd.h>
 
-#include <algorithm>
 #include <condition_variable>
 
 #include "core/clock.h"
 #include "core/log.h"
-#include "engine/completion_queue.h"
 
 namespace nexar {
-namespace {
-// The loop whose commands this (non-loop) thread is running now.
-thread_local const EventLoop *t_caller_run_loop = nullptr;
-}  // namespace
 
 EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
-  loop_ = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
   ev_async_init(&wake_, &EventLoop::on_async);
   wake_.data = this;
   ev_async_start(loop_, &wake_);
@@ -29,16 +19,6 @@ EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
   ev_idle_init(&idle_, &EventLoop::on_idle);
   ev_set_userdata(loop_, this);
   ev_set_loop_release_cb(loop_, &EventLoop::release_loop, &EventLoop::acquire_loop);
-  // Without these descriptors (a process out of them) callers fall back to
-  // waking the loop thread and sleeping on their slot.
-  wake_timer_ = UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-  ev_io_init(&wake_timer_io_, &EventLoop::on_wake_timer, wake_timer_.get(), EV_READ);
-  wake_timer_io_.data = this;
-  if (wake_timer_.valid()) ev_io_start(loop_, &wake_timer_io_);
-  socket_set_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
-  ev_init(&socket_io_, &EventLoop::on_socket_set);
-  socket_io_.data = this;
-  borrower_wake_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }
 
 EventLoop::~EventLoop() {
@@ -86,7 +66,7 @@ void EventLoop::stop() {
 }
 
 bool EventLoop::on_loop_thread() const {
-  return std::this_thread::get_id() == thread_id_ || t_caller_run_loop == this;
+  return std::this_thread::get_id() == thread_id_ || CallerRun::runs_here(this);
 }
 
 bool EventLoop::post(Command fn, bool wake) {
@@ -105,124 +85,23 @@ void EventLoop::wake_unless_spinning() {
   if (!spinning_.load()) wake();
 }
 
-Status EventLoop::run_here_and_wait(BlockingSlot &slot, uint32_t spin_us) {
-  int fd = -1;
-  uint64_t due = UINT64_MAX;
-  if (!run_here(&fd, &due)) return slot.wait(spin_us);
-  if (fd < 0) return slot.wait(0);
-  return wait_on_socket(slot, fd, due);
-}
-
-bool EventLoop::run_here(int *lend_fd, uint64_t *due) {
-  // A loop thread that spins (NEXAR_SPIN_US) or is awake picks the command
-  // up itself. Without the wake timer the loop thread could not learn of
-  // timers armed here.
-  if (spin_ns_ || !wake_timer_.valid() || !loop_mu_.try_lock()) {
-    wake_unless_spinning();
-    return false;
-  }
-  std::unique_lock<std::mutex> side(loop_mu_, std::adopt_lock);
-  // Not started, or stopped: the loop thread must see the queue itself.
-  if (!in_poll_) {
-    side.unlock();
-    wake();
-    return false;
-  }
-  // Before the command runs: a reply may come while it still runs, and must
-  // not wake the loop thread then either.
-  if (!lend_socket(lend_fd)) *lend_fd = -1;
-  const bool wake_now = run_as_loop([this] { drain_commands(); });
-  if (!wake_now) {
-    // A borrowing caller fires the due timers itself while it waits, and
-    // hands the rest to the wake timer when it leaves.
-    if (*lend_fd >= 0) {
-      *due = caller_timers_due();
-    } else {
-      arm_wake_timer(caller_timers_due());
-    }
-  }
-  side.unlock();
-  if (wake_now) wake();
-  return true;
-}
-
-bool EventLoop::run_as_loop(const std::function<void()> &work) {
-  caller_run_needs_wake_ = false;
-  t_caller_run_loop = this;
-  const int32_t caller_log_rank = log::set_thread_rank(rank_);
-  // Timers armed here count from libev's clock, last read before the sleep.
-  ev_now_update(loop_);
-  work();
-  const bool work_left = run_pass();
-  log::set_thread_rank(caller_log_rank);
-  t_caller_run_loop = nullptr;
-  return work_left || caller_run_needs_wake_;
-}
-
-uint64_t EventLoop::caller_timers_due() const {
-  uint64_t due = UINT64_MAX;
-  for (const auto &[t, at] : caller_timers_)
-    due = std::min(due, at);
-  return due;
-}
-
-void EventLoop::fire_due_caller_timers(uint64_t now) {
-  // Looked up afresh after each callback, which may stop or re-arm timers.
-  for (;;) {
-    auto it = std::find_if(caller_timers_.begin(), caller_timers_.end(),
-                           [now](const auto &e) { return e.second <= now; });
-    if (it == caller_timers_.end()) return;
-    ev_timer *t = it->first;
-    caller_timers_.erase(it);
-    ev_timer_stop(loop_, t);
-    ev_invoke(loop_, t, EV_TIMER);
-  }
-}
-
-void EventLoop::arm_wake_timer(uint64_t due_ns) {
-  if (due_ns >= wake_timer_due_ns_) return;  // it wakes by then already (or nothing is due)
-  itimerspec at{};
-  at.it_value = timespec_of_ns(due_ns);
-  if (timerfd_settime(wake_timer_.get(), TFD_TIMER_ABSTIME, &at, nullptr) == 0) {
-    wake_timer_due_ns_ = due_ns;
-  } else {
-    wake();  // cannot happen with a valid descriptor; never strand the timer
-  }
-}
-
-void EventLoop::on_wake_timer(struct ev_loop *, ev_io *w, int) {
-  // acquire_loop disarmed it already; this only empties a count left by an
-  // expiry that raced with that.
-  auto *self = static_cast<EventLoop *>(w->data);
-  uint64_t expirations;
-  const ssize_t n = read(self->wake_timer_.get(), &expirations, sizeof expirations);
-  (void)n;  // EAGAIN when disarmed first: nothing to empty
-}
-
 void EventLoop::arm_timer(ev_timer *t, uint64_t deadline_ns, uint64_t now) {
   ev_timer_stop(loop_, t);
   ev_timer_set(t, deadline_ns > now ? static_cast<double>(deadline_ns - now) / 1e9 : 1e-6, 0.0);
   ev_timer_start(loop_, t);
-  if (t_caller_run_loop != this) return;
-  for (auto &[armed, at] : caller_timers_) {
-    if (armed == t) {
-      at = deadline_ns;
-      return;
-    }
-  }
-  caller_timers_.emplace_back(t, deadline_ns);
+  if (CallerRun::runs_here(this)) caller_run_.note_timer_armed(t, deadline_ns);
 }
 
 void EventLoop::stop_timer(ev_timer *t) {
   ev_timer_stop(loop_, t);
-  std::erase_if(caller_timers_, [t](const auto &e) { return e.first == t; });
+  caller_run_.forget_timer(t);
 }
 
 void EventLoop::watch_io(ev_io *w, int fd, int events) {
   ev_io_stop(loop_, w);
   ev_io_set(w, fd, events);
   ev_io_start(loop_, w);
-  if (t_caller_run_loop == this) caller_run_needs_wake_ = true;
+  if (CallerRun::runs_here(this)) caller_run_.note_watcher_changed();
 }
 
 void EventLoop::release_loop(struct ev_loop *loop) noexcept {
@@ -235,13 +114,7 @@ void EventLoop::acquire_loop(struct ev_loop *loop) noexcept {
   auto *self = static_cast<EventLoop *>(ev_userdata(loop));
   self->loop_mu_.lock();
   self->in_poll_ = false;
-  // Its next sleep is computed from every timer, those armed by callers too.
-  self->caller_timers_.clear();
-  if (self->wake_timer_due_ns_ != UINT64_MAX) {
-    const itimerspec disarm{};
-    timerfd_settime(self->wake_timer_.get(), 0, &disarm, nullptr);
-    self->wake_timer_due_ns_ = UINT64_MAX;
-  }
+  self->caller_run_.on_loop_thread_wakes();
 }
 
 void EventLoop::run_sync(const Command &fn) {

@@ -1,7 +1,7 @@
 // A blocking caller runs its own command on the loop's side while the loop
 // thread sleeps in epoll, the loop thread wakes by the deadline of a timer
 // armed there (the wake timer), and the caller then waits for its result on
-// the socket itself (EventLoop::run_here_and_wait).
+// the socket itself (CallerRun, through EventLoop::run_here_and_wait).
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
