@@ -59,8 +59,12 @@ std::vector<cpu_set_t> binding_slots(BindTo how) {
 
 std::string describe_cpus(const cpu_set_t &set) {
   std::string s;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &set)) s += (s.empty() ? "" : ",") + std::to_string(cpu);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    // Appended piece by piece: GCC 12's -Wrestrict misreads "," + string at -O3.
+    if (!s.empty()) s += ',';
+    s += std::to_string(cpu);
+  }
   return s;
 }
 
