@@ -131,6 +131,38 @@ typedef struct nexar_completion {
 
 typedef void (*nexar_done_fn)(void *user_data, const nexar_completion_t *completion);
 
+/**
+ * The full outcome of this thread's last failed call, as a completion: which
+ * rank failed and which operation, not only the status.
+ *
+ * Every function that returns a nexar_status_t records its outcome in a
+ * thread-local record (the same one nexar_last_error_message reads): a failure
+ * replaces it, a success clears it. A blocking call (done == NULL) that fails
+ * records the operation's own status, failed_rank (e.g. the peer a receive
+ * waited for when it died or aborted) and op_seq; a call refused before it
+ * got a number (bad argument, aborted or closed communicator) records op_seq
+ * 0. Exceptions: nexar_last_error and nexar_last_error_message leave the
+ * record alone; nexar_comm_get_async_error reports the communicator's failure
+ * without recording it (it records only its own NULL-argument error);
+ * nexar_comm_poll records its failures only; nexar_rpc_reply_alloc records
+ * like a function returning a status; functions that return neither
+ * (nexar_comm_rank, nexar_comm_destroy, ...) neither set nor clear it.
+ * Asynchronous operations deliver their outcome to done and do not touch the
+ * record.
+ *
+ * @param info  filled with the record. The caller sets info->struct_size to
+ *              sizeof(nexar_completion_t) as it knows it; only the fields that
+ *              fit are written, and info->struct_size becomes the size filled.
+ *              When the last call succeeded (or none has failed on this thread
+ *              yet): status NEXAR_OK, failed_rank -1, op_seq 0, message "".
+ *              info->message is never NULL, is owned by nexar, and stays valid
+ *              and unchanged until this thread's next failing nexar call.
+ * @return NEXAR_OK when info was filled (whatever the recorded status is);
+ *         NEXAR_ERR_INVALID_ARGUMENT when info is NULL or info->struct_size is
+ *         too small to hold status. Never changes the record itself.
+ */
+NEXAR_API nexar_status_t nexar_last_error(nexar_completion_t *info);
+
 /* ---- Options ---------------------------------------------------------------- */
 
 #define NEXAR_COMPLETION_THREAD 0 /* callbacks on nexar's completion thread */

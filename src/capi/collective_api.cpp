@@ -73,11 +73,10 @@ nexar_status_t start(nexar_comm_t *comm, const Shape &shape, const CollArgs &a,
   nexar::Communicator *c = comm->impl.get();
   const CollKind kind = shape.kind;
   const std::string name = std::string("nexar_") + nexar::coll_name(kind);
-  nexar::Status s = c->submit_collective(
-      name.c_str(),
+  return nexar::capi::submit_collective(
+      comm, name.c_str(),
       [=](nexar::OpContext *op) { return nexar::run_collective(c, op, kind, a, algorithm); }, done,
       user_data);
-  return s.ok() ? nexar::capi::ok() : fail(s);
 }
 
 CollArgs args(const void *sendbuf, void *recvbuf, size_t count, nexar_dtype_t dtype, nexar_op_t op,

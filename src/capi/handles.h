@@ -17,12 +17,18 @@ struct nexar_comm {
 
 namespace nexar::capi {
 
-// Records the message for nexar_last_error_message() and returns the code.
-nexar_status_t fail(const Status &s);
+// Records the failure as this thread's last error (nexar_last_error,
+// nexar_last_error_message) and returns its code. op_seq is the number the
+// failed operation was given, 0 when it got none.
+nexar_status_t fail(const Status &s, uint64_t op_seq = 0);
 nexar_status_t fail(nexar_status_t code, const std::string &message);
 // Clears the thread's last error and returns NEXAR_OK.
 nexar_status_t ok();
+// The last error's message ("" after a success).
 const char *last_error();
+// The last error as a completion (status NEXAR_OK, failed_rank -1 after a
+// success); its message is last_error().
+nexar_completion_t last_error_completion();
 
 // Runs fn, turning any escaping exception into a status.
 template <class Fn>
@@ -57,11 +63,22 @@ inline nexar_status_t check_message(nexar_comm_t *comm, const void *buf, size_t 
   return NEXAR_OK;
 }
 
-// Submits an operation: an error means done will never run.
+// Submits an operation: an error means done will never run. A blocking call
+// (done == NULL) that fails records the operation's number with its failure.
 inline nexar_status_t submit(nexar_comm_t *comm, const char *name, Communicator::Body body,
                              nexar_done_fn done, void *user_data) {
-  Status s = comm->impl->submit(name, std::move(body), done, user_data);
-  return s.ok() ? ok() : fail(s);
+  uint64_t seq = 0;
+  Status s = comm->impl->submit(name, std::move(body), done, user_data, &seq);
+  return s.ok() ? ok() : fail(s, seq);
+}
+
+// The same for a collective (numbered in issue order on every rank).
+inline nexar_status_t submit_collective(nexar_comm_t *comm, const char *name,
+                                        Communicator::Body body, nexar_done_fn done,
+                                        void *user_data) {
+  uint64_t seq = 0;
+  Status s = comm->impl->submit_collective(name, std::move(body), done, user_data, &seq);
+  return s.ok() ? ok() : fail(s, seq);
 }
 
 }  // namespace nexar::capi

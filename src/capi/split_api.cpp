@@ -32,10 +32,9 @@ NEXAR_API nexar_status_t nexar_comm_split(nexar_comm_t *comm, uint32_t color, ui
     if (!out) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_split: out is NULL");
     *out = nullptr;
     nexar::Communicator *c = comm->impl.get();
-    nexar::Status s = c->submit_collective(
-        "nexar_comm_split", [=](nexar::OpContext *op) { return run_split(c, op, color, key, out); },
-        done, user_data);
-    return s.ok() ? nexar::capi::ok() : fail(s);
+    return nexar::capi::submit_collective(
+        comm, "nexar_comm_split",
+        [=](nexar::OpContext *op) { return run_split(c, op, color, key, out); }, done, user_data);
   });
 }
 

@@ -36,8 +36,8 @@ Status Communicator::submit(const char *name, Body body, nexar_done_fn done, voi
 }
 
 Status Communicator::submit_collective(const char *name, Body body, nexar_done_fn done,
-                                       void *user_data) {
-  return submit_op(name, std::move(body), done, user_data, true, nullptr);
+                                       void *user_data, uint64_t *seq_out) {
+  return submit_op(name, std::move(body), done, user_data, true, seq_out);
 }
 
 Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,

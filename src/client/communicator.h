@@ -57,7 +57,8 @@ class Communicator {
                 uint64_t *seq_out = nullptr);
   // A collective: numbered in issue order (every rank must issue collectives
   // in the same order); body receives that number as op->coll_seq().
-  Status submit_collective(const char *name, Body body, nexar_done_fn done, void *user_data);
+  Status submit_collective(const char *name, Body body, nexar_done_fn done, void *user_data,
+                           uint64_t *seq_out = nullptr);
   // Fails every operation in flight now and tells the peers.
   void abort();
   // Completes everything pending with NEXAR_ERR_CLOSED and waits until every
