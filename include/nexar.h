@@ -25,6 +25,25 @@
  *     on the thread calling nexar_comm_poll.
  *   - Buffers stay owned by the caller and must stay valid and untouched until
  *     done has returned.
+ *
+ * Errors
+ *   Functions return a nexar_status_t: NEXAR_OK or a negative NEXAR_ERR_*.
+ *   A call that fails records its failure for the calling thread; read it
+ *   with nexar_last_error (status, failed rank, operation number, message)
+ *   or nexar_last_error_message right after the call.
+ *
+ * Ownership
+ *   Handles (nexar_comm_t, nexar_seed_t, nexar_rpc_response_t) are made by
+ *   nexar and released by the caller with the function named at each
+ *   constructor. Strings that nexar returns are owned by nexar for the
+ *   lifetime stated at each function; strings and structs passed in are
+ *   copied unless stated otherwise.
+ *
+ * Stability
+ *   Everything here is stable except what is fenced as "diagnostics: may
+ *   change before 1.0" (statistics counters and tuning knobs that name an
+ *   internal technique): those keep their place and type in their struct, but
+ *   their meaning may change or they may stop being filled (then reading 0).
  */
 #ifndef NEXAR_H
 #define NEXAR_H
@@ -51,9 +70,20 @@ extern "C" {
   (NEXAR_VERSION_MAJOR * 10000 + NEXAR_VERSION_MINOR * 100 + NEXAR_VERSION_PATCH)
 #define NEXAR_VERSION_STRING "0.1.0"
 
-/** NEXAR_VERSION_NUMBER of the library actually loaded. */
+/**
+ * The version of the library actually loaded, which may differ from the
+ * header a program was compiled with.
+ *
+ * @return NEXAR_VERSION_NUMBER of the loaded library
+ */
 NEXAR_API uint32_t nexar_version(void);
-/** NEXAR_VERSION_STRING of the library actually loaded (static storage). */
+
+/**
+ * The version of the library actually loaded, as text.
+ *
+ * @return NEXAR_VERSION_STRING of the loaded library ("0.1.0"); static
+ *         storage owned by nexar, never NULL
+ */
 NEXAR_API const char *nexar_version_string(void);
 
 /* ---- Status codes (values never change) ------------------------------------- */
@@ -81,13 +111,24 @@ typedef int32_t nexar_status_t;
 #define NEXAR_ERR_RPC_NOT_REGISTERED (-18) /* no handler for that fn_id on the target rank */
 #define NEXAR_ERR_RPC_FAILED (-19)         /* the target's handler returned an error */
 
-/** A static, human-readable name for a status ("NEXAR_ERR_TIMEOUT: ..."). */
+/**
+ * A human-readable name for a status.
+ *
+ * @param status  any value; unknown ones are named NEXAR_ERR_UNKNOWN
+ * @return "NAME: description" (e.g. "NEXAR_ERR_TIMEOUT: operation timed
+ *         out"); static storage owned by nexar, never NULL
+ */
 NEXAR_API const char *nexar_status_str(nexar_status_t status);
 
 /**
- * The message of the last failed synchronous call made by this thread (a
- * thread-local supplement to its status). Never NULL; "" when there is none.
- * Asynchronous failures carry their message in the completion instead.
+ * The message of this thread's last failed call: the message of the record
+ * nexar_last_error reads (which calls set it and when it is cleared is
+ * described there). Asynchronous failures carry their message in the
+ * completion instead.
+ *
+ * @return the message; "" when the thread's last call succeeded or none has
+ *         failed. Never NULL; owned by nexar (thread-local), valid until this
+ *         thread's next failing nexar call. Does not change the record.
  */
 NEXAR_API const char *nexar_last_error_message(void);
 
@@ -105,7 +146,12 @@ typedef int32_t nexar_dtype_t;
 #define NEXAR_DTYPE_U32 8
 #define NEXAR_DTYPE_U64 9
 
-/** Size in bytes of one element, or 0 for an unknown dtype. */
+/**
+ * The size of one element of a data type.
+ *
+ * @param dtype  a NEXAR_DTYPE_* value
+ * @return its size in bytes, or 0 for an unknown dtype
+ */
 NEXAR_API size_t nexar_dtype_size(nexar_dtype_t dtype);
 
 typedef int32_t nexar_op_t;
@@ -116,9 +162,12 @@ typedef int32_t nexar_op_t;
 
 /* ---- Handles and completion ------------------------------------------------- */
 
-/** One rank's view of a group of processes. */
+/** One rank's view of a group of processes. Made by nexar_bootstrap_local,
+ * nexar_comm_join, nexar_comm_init_from_env or nexar_comm_split; released
+ * with nexar_comm_destroy. */
 typedef struct nexar_comm nexar_comm_t;
-/** A discovery server that admits workers into a cluster. */
+/** A discovery server that admits workers into a cluster. Made by
+ * nexar_seed_start; released with nexar_seed_stop. */
 typedef struct nexar_seed nexar_seed_t;
 
 typedef struct nexar_completion {
@@ -129,6 +178,12 @@ typedef struct nexar_completion {
   const char *message;   /* never NULL; valid only during the callback */
 } nexar_completion_t;
 
+/**
+ * The completion callback of an operation (see "Completion" above).
+ *
+ * @param user_data   the pointer given with the operation
+ * @param completion  its outcome; owned by nexar, valid only during the call
+ */
 typedef void (*nexar_done_fn)(void *user_data, const nexar_completion_t *completion);
 
 /**
@@ -192,18 +247,23 @@ NEXAR_API nexar_status_t nexar_last_error(nexar_completion_t *info);
  */
 typedef struct nexar_comm_options {
   size_t struct_size;
-  uint32_t completion_mode;        /* NEXAR_COMPLETION_*; default THREAD */
-  uint32_t pool_profile;           /* NEXAR_POOL_*; default TRAINING */
-  uint64_t collective_timeout_ms;  /* NEXAR_COLLECTIVE_TIMEOUT_SECS; default 30 s */
-  uint64_t barrier_timeout_ms;     /* NEXAR_BARRIER_TIMEOUT_SECS; default 30 s */
-  uint64_t p2p_timeout_ms;         /* NEXAR_P2P_TIMEOUT_SECS; default 300 s */
-  uint64_t connect_timeout_ms;     /* NEXAR_CONNECT_TIMEOUT_SECS; default 30 s */
-  uint64_t heartbeat_interval_ms;  /* NEXAR_HEARTBEAT_INTERVAL_SECS; default 1 s */
-  uint64_t heartbeat_timeout_ms;   /* NEXAR_HEARTBEAT_TIMEOUT_SECS; default 5 s */
+  uint32_t completion_mode;       /* NEXAR_COMPLETION_*; default THREAD */
+  uint32_t pool_profile;          /* NEXAR_POOL_*; default TRAINING */
+  uint64_t collective_timeout_ms; /* NEXAR_COLLECTIVE_TIMEOUT_SECS; default 30 s */
+  uint64_t barrier_timeout_ms;    /* NEXAR_BARRIER_TIMEOUT_SECS; default 30 s */
+  uint64_t p2p_timeout_ms;        /* NEXAR_P2P_TIMEOUT_SECS; default 300 s */
+  uint64_t connect_timeout_ms;    /* NEXAR_CONNECT_TIMEOUT_SECS; default 30 s */
+  uint64_t heartbeat_interval_ms; /* NEXAR_HEARTBEAT_INTERVAL_SECS; default 1 s */
+  uint64_t heartbeat_timeout_ms;  /* NEXAR_HEARTBEAT_TIMEOUT_SECS; default 5 s */
+  /* ---- Tuning knobs. Diagnostics: may change before 1.0. ----
+   * They name internal techniques (algorithm switch points, segmenting,
+   * busy-polling); their fields stay where they are, but what a value does
+   * may change or be ignored. */
   uint64_t large_msg_bytes;        /* NEXAR_LARGE_MSG_BYTES; default 8 MiB */
   uint64_t pipeline_segment_bytes; /* NEXAR_PIPELINE_SEGMENT_BYTES; default 2 MiB */
   uint32_t ring_max_world;         /* NEXAR_RING_MAX_WORLD; default 8 */
   uint32_t spin_us;                /* NEXAR_SPIN_US: busy-poll before sleeping; 0 = off */
+  /* ---- End of tuning knobs. ---- */
   /* Cluster formation through a seed (nexar_comm_join). */
   const char *seed_address;      /* NEXAR_SEED, "host:port" */
   const char *cluster_token;     /* NEXAR_CLUSTER_TOKEN */
@@ -219,9 +279,13 @@ typedef struct nexar_comm_options {
 
 /**
  * Fill opts with defaults, then apply NEXAR_* environment variables.
- * struct_size must be sizeof(nexar_comm_options_t) as the caller knows it.
- * An unparsable environment value is an error (NEXAR_ERR_INVALID_ARGUMENT)
- * whose message names the variable.
+ *
+ * @param opts         the caller's struct, written (fields past struct_size
+ *                     are not touched)
+ * @param struct_size  sizeof(nexar_comm_options_t) as the caller knows it
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when opts is NULL, struct_size
+ *         is too small, or an environment value does not parse (the message
+ *         names the variable)
  */
 NEXAR_API nexar_status_t nexar_comm_options_init(nexar_comm_options_t *opts, size_t struct_size);
 
@@ -230,8 +294,16 @@ NEXAR_API nexar_status_t nexar_comm_options_init(nexar_comm_options_t *opts, siz
 /**
  * Create world_size communicators in this process, joined by a full mesh of
  * real QUIC connections over loopback, each rank with its own engine.
- * comms must have room for world_size handles; comms[i] is rank i.
- * opts may be NULL (defaults plus environment).
+ * Blocks until every connection is formed (bounded by connect_timeout_ms).
+ *
+ * @param comms       array with room for world_size handles; on success
+ *                    comms[i] is rank i, owned by the caller (release each
+ *                    with nexar_comm_destroy)
+ * @param world_size  number of ranks, 1..1024
+ * @param opts        options (copied), or NULL for defaults plus environment
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT (comms NULL, world_size out of
+ *         range, bad options), or why the mesh could not be formed (e.g.
+ *         NEXAR_ERR_TIMEOUT); comms is then not written
  */
 NEXAR_API nexar_status_t nexar_bootstrap_local(nexar_comm_t **comms, uint32_t world_size,
                                                const nexar_comm_options_t *opts);
@@ -245,8 +317,15 @@ NEXAR_API nexar_status_t nexar_bootstrap_local(nexar_comm_t **comms, uint32_t wo
  * (0 = whatever the seed forms), receives its rank and a certificate signed
  * from a request made here (the private key never leaves this process), then
  * forms the mutual-TLS mesh with every other rank. *out is rank's view of the
- * whole world. Fails with NEXAR_ERR_AUTH when the token does not match on
- * both sides; see docs/cluster.md.
+ * whole world. See docs/cluster.md.
+ *
+ * @param out   on success the communicator, owned by the caller (release with
+ *              nexar_comm_destroy); NULL on failure
+ * @param opts  options (copied); opts->seed_address is required
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT (out NULL, bad options),
+ *         NEXAR_ERR_AUTH when the token does not match on both sides, or why
+ *         the cluster could not be formed (e.g. NEXAR_ERR_TIMEOUT;
+ *         nexar_last_error names the rank to blame, if any)
  */
 NEXAR_API nexar_status_t nexar_comm_join(nexar_comm_t **out, const nexar_comm_options_t *opts);
 
@@ -255,31 +334,65 @@ NEXAR_API nexar_status_t nexar_comm_join(nexar_comm_t **out, const nexar_comm_op
  * (with NEXAR_RANK, NEXAR_WORLD_SIZE); torchrun / env:// (RANK, WORLD_SIZE,
  * MASTER_ADDR, MASTER_PORT); Open MPI (OMPI_COMM_WORLD_RANK/SIZE); PMI
  * (PMI_RANK/PMI_SIZE); Slurm (SLURM_PROCID/SLURM_NTASKS). Without NEXAR_SEED,
- * rank 0 hosts an embedded seed. Fails with NEXAR_ERR_NOT_FOUND, listing what
- * it looked for, when nothing fits. See docs/cluster.md.
+ * rank 0 hosts an embedded seed. See docs/cluster.md.
+ *
+ * @param out  on success the communicator, owned by the caller (release with
+ *             nexar_comm_destroy); NULL on failure
+ * @return NEXAR_OK; NEXAR_ERR_NOT_FOUND, listing what it looked for, when
+ *         nothing fits; otherwise the failures of nexar_comm_join
  */
 NEXAR_API nexar_status_t nexar_comm_init_from_env(nexar_comm_t **out);
 
 /**
  * Release the handle. Pending operations complete with NEXAR_ERR_CLOSED before
- * this returns; no callback for this communicator runs afterwards. NULL is
- * ignored.
+ * this returns; no callback for this communicator runs afterwards. Peers see
+ * this rank fail (NEXAR_ERR_PEER_FAILED) unless they are done with it.
+ * Communicators split from this one stay usable. Must not race with other
+ * calls on the same handle.
+ *
+ * @param comm  the handle to release (invalid afterwards); NULL is ignored
  */
 NEXAR_API void nexar_comm_destroy(nexar_comm_t *comm);
 
 /**
- * Fail every pending operation now with NEXAR_ERR_ABORTED and tell the peers.
- * The handle stays valid (every later operation fails) until destroyed.
+ * Fail every pending operation now with NEXAR_ERR_ABORTED and tell the peers
+ * (theirs fail with NEXAR_ERR_ABORTED naming this rank). The handle stays
+ * valid (every later operation fails) until destroyed. Calling it again does
+ * nothing.
+ *
+ * @param comm  the communicator
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when comm is NULL
  */
 NEXAR_API nexar_status_t nexar_comm_abort(nexar_comm_t *comm);
 
+/**
+ * This process's rank in the communicator.
+ *
+ * @param comm  the communicator
+ * @return its rank, 0..size-1; 0 when comm is NULL
+ */
 NEXAR_API uint32_t nexar_comm_rank(const nexar_comm_t *comm);
+
+/**
+ * The number of ranks in the communicator.
+ *
+ * @param comm  the communicator
+ * @return its size; 0 when comm is NULL
+ */
 NEXAR_API uint32_t nexar_comm_size(const nexar_comm_t *comm);
 
 /**
- * Report a failure found in the background (a dead peer, an abort by a peer).
- * Returns NEXAR_OK when there is none; otherwise the status, and, if info is
- * not NULL, fills it (info->message stays valid until the handle is destroyed).
+ * Report the first failure found in the background (a dead peer, an abort by
+ * a peer). It is the communicator's, not any one call's: a failed call's own
+ * status and failed rank come from its completion, or for a blocking call
+ * from nexar_last_error.
+ *
+ * @param comm  the communicator
+ * @param info  NULL, or filled when there is a failure: status, failed_rank
+ *              (the rank that died or aborted), op_seq 0, message (owned by
+ *              the communicator, valid until it is destroyed)
+ * @return NEXAR_OK when there is none; otherwise its status (and
+ *         NEXAR_ERR_INVALID_ARGUMENT when comm is NULL)
  */
 NEXAR_API nexar_status_t nexar_comm_get_async_error(nexar_comm_t *comm, nexar_completion_t *info);
 
@@ -301,7 +414,13 @@ typedef struct nexar_seed_event {
   const char *message; /* never NULL; valid only during the callback */
 } nexar_seed_event_t;
 
-/** Runs on the seed's own thread; must return quickly and must not stop the seed. */
+/**
+ * Receives a seed's events. Runs on the seed's own thread; must return
+ * quickly and must not stop the seed.
+ *
+ * @param user_data  opts->event_user_data
+ * @param event      the event; owned by nexar, valid only during the call
+ */
 typedef void (*nexar_seed_event_fn)(void *user_data, const nexar_seed_event_t *event);
 
 /**
@@ -321,17 +440,38 @@ typedef struct nexar_seed_options {
   void *event_user_data;
 } nexar_seed_options_t;
 
-/** Fill opts with defaults, then apply the NEXAR_* environment variables named above. */
+/**
+ * Fill opts with defaults, then apply the NEXAR_* environment variables named
+ * above.
+ *
+ * @param opts         the caller's struct, written
+ * @param struct_size  sizeof(nexar_seed_options_t) as the caller knows it
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when opts is NULL, struct_size
+ *         is not valid, or an environment value does not parse
+ */
 NEXAR_API nexar_status_t nexar_seed_options_init(nexar_seed_options_t *opts, size_t struct_size);
 
 /**
  * Start a seed: bind, then admit workers on a thread of its own until the
  * world is complete or the formation timeout passes. Without a token it
  * admits only workers on this host, unless opts->open is set.
+ *
+ * @param out   on success the seed, owned by the caller (release with
+ *              nexar_seed_stop); NULL on failure
+ * @param opts  options (copied), or NULL for defaults plus environment
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT (out NULL, bad options), or
+ *         why the seed could not start (binding, the token file, the CA
+ *         directory), with a message
  */
 NEXAR_API nexar_status_t nexar_seed_start(nexar_seed_t **out, const nexar_seed_options_t *opts);
 
-/** "host:port" actually bound (static for the handle's lifetime). NULL for NULL. */
+/**
+ * The address the seed actually bound.
+ *
+ * @param seed  the seed
+ * @return "host:port", owned by the seed, valid until nexar_seed_stop; NULL
+ *         when seed is NULL
+ */
 NEXAR_API const char *nexar_seed_address(const nexar_seed_t *seed);
 
 /**
@@ -340,18 +480,31 @@ NEXAR_API const char *nexar_seed_address(const nexar_seed_t *seed);
  * reported its mesh formed, else the failure (NEXAR_ERR_TIMEOUT when the
  * formation timeout passed; the message is in nexar_last_error_message).
  * While it is still forming, *ended is 0 and NEXAR_ERR_TIMEOUT is returned.
+ *
+ * @param seed        the seed
+ * @param timeout_ms  how long to wait; 0 only looks
+ * @param ended       NULL, or set to 1 when formation has ended, else 0
+ * @return as above; NEXAR_ERR_INVALID_ARGUMENT when seed is NULL
  */
 NEXAR_API nexar_status_t nexar_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms, int32_t *ended);
 
-/** Close every connection and release the seed. NULL is ignored. */
+/**
+ * Close every connection and release the seed.
+ *
+ * @param seed  the seed (invalid afterwards); NULL is ignored
+ */
 NEXAR_API void nexar_seed_stop(nexar_seed_t *seed);
 
 /* ---- Logging ------------------------------------------------------------------ */
 
 /**
- * Receives one log line: level is NEXAR_LOG_*, line is the text nexar would
- * otherwise print to stderr, without the trailing newline
- * ("nexar[host:pid:rRANK] warn: ..."), valid only during the call.
+ * Receives one log line.
+ *
+ * @param user_data  the pointer given to nexar_set_log_callback
+ * @param level      NEXAR_LOG_*
+ * @param line       the text nexar would otherwise print to stderr, without
+ *                   the trailing newline ("nexar[host:pid:rRANK] warn: ...");
+ *                   owned by nexar, valid only during the call
  */
 typedef void (*nexar_log_fn)(void *user_data, int32_t level, const char *line);
 
@@ -363,7 +516,11 @@ typedef void (*nexar_log_fn)(void *user_data, int32_t level, const char *line);
  *     Calls are serialized: fn never runs on two threads at once.
  *   - Lines that nexar logs while fn runs on that thread go to stderr.
  *   - Once this returns, the previous callback is not running and is never
- *     called again. Called from inside fn it returns NEXAR_ERR_WOULD_DEADLOCK.
+ *     called again.
+ *
+ * @param fn         the callback, or NULL for stderr
+ * @param user_data  passed back to fn
+ * @return NEXAR_OK; NEXAR_ERR_WOULD_DEADLOCK when called from inside fn
  */
 NEXAR_API nexar_status_t nexar_set_log_callback(nexar_log_fn fn, void *user_data);
 
@@ -392,7 +549,10 @@ typedef struct nexar_stats {
   uint64_t relay_frames_dropped;  /* malformed, misrouted or undeliverable relay frames */
   uint64_t relay_bytes_held;      /* bytes held now for forwarding (bounded per neighbour) */
 
-  /* Packet protection */
+  /* ---- Packet protection. Diagnostics: may change before 1.0. ----
+   * These count internal techniques (which AES-GCM implementation sealed a
+   * packet, whether payload skipped a copy); they keep their place, but may
+   * change meaning or read 0 in a later version. */
   uint64_t packets_fast_aead;     /* QUIC packets sealed or opened with ipsec-mb's AES-GCM rather
                                      than GnuTLS's (0 without libipsec-mb or with NEXAR_FAST_AEAD=0) */
   uint64_t bytes_opened_in_place; /* received payload bytes decrypted straight into the posted
@@ -401,9 +561,19 @@ typedef struct nexar_stats {
   uint64_t bytes_sealed_in_place; /* sent payload bytes encrypted straight from the caller's
                                      buffer instead of being copied into the packet first
                                      (messages of 16 KiB or more on the ipsec-mb path) */
+  /* ---- End of diagnostics. ---- */
 } nexar_stats_t;
 
-/** Fills stats (stats->struct_size must be set by the caller). */
+/**
+ * Read the counters of the communicator's engine.
+ *
+ * @param comm   the communicator
+ * @param stats  the caller's struct; the caller sets stats->struct_size to
+ *               sizeof(nexar_stats_t) as it knows it; only the fields that
+ *               fit are written, and struct_size becomes the size filled
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when comm or stats is NULL or
+ *         stats->struct_size is too small
+ */
 NEXAR_API nexar_status_t nexar_comm_get_stats(nexar_comm_t *comm, nexar_stats_t *stats);
 
 /* ---- Polled completion ------------------------------------------------------- */
@@ -411,14 +581,25 @@ NEXAR_API nexar_status_t nexar_comm_get_stats(nexar_comm_t *comm, nexar_stats_t 
 /**
  * Polled mode: run up to max queued callbacks of this communicator on the
  * calling thread, waiting up to timeout_ms (0 = do not wait, -1 = no limit is
- * refused: every wait is bounded) for the first one. Returns the number run
- * (>= 0) or a negative status.
+ * refused: every wait is bounded) for the first one.
+ *
+ * @param comm        a communicator made with NEXAR_COMPLETION_POLLED
+ * @param max         the most callbacks to run
+ * @param timeout_ms  how long to wait for the first one, >= 0
+ * @return the number run (>= 0), or a negative status:
+ *         NEXAR_ERR_INVALID_ARGUMENT (comm NULL, timeout_ms < 0, or not in
+ *         polled mode)
  */
 NEXAR_API int32_t nexar_comm_poll(nexar_comm_t *comm, uint32_t max, int32_t timeout_ms);
 
 /**
  * Polled mode: a file descriptor that is readable while callbacks are waiting
- * for nexar_comm_poll. Owned by the communicator. -1 in thread mode.
+ * for nexar_comm_poll, for use with poll/epoll.
+ *
+ * @param comm  the communicator
+ * @return the descriptor, owned by the communicator (do not read, write or
+ *         close it; valid until nexar_comm_destroy); -1 in thread mode or
+ *         when comm is NULL
  */
 NEXAR_API int nexar_comm_event_fd(const nexar_comm_t *comm);
 
@@ -428,6 +609,25 @@ NEXAR_API int nexar_comm_event_fd(const nexar_comm_t *comm);
  * Send bytes to rank dest with a tag. Messages between one pair with one tag
  * arrive in send order. Completes once the peer's transport has acknowledged
  * every byte (the buffer may then be reused).
+ *
+ * @param comm       the communicator
+ * @param buf        the bytes, owned by the caller, read until done has
+ *                   returned; may be NULL when bytes is 0
+ * @param bytes      message size, at most 4 GiB
+ * @param dest       the receiving rank (may be this rank)
+ * @param tag        any value; matched by the receiver
+ * @param done       completion callback, or NULL to block until the operation
+ *                   completes (see "Completion" above)
+ * @param user_data  passed back to done
+ * @return with done: NEXAR_OK when the operation started (done will run), or
+ *         the reason it was refused (done will not run). Without done: the
+ *         operation's final status (its failed rank and number are in
+ *         nexar_last_error).
+ *         Refusals: NEXAR_ERR_INVALID_ARGUMENT, NEXAR_ERR_INVALID_RANK,
+ *         NEXAR_ERR_ABORTED, NEXAR_ERR_CLOSED, NEXAR_ERR_WOULD_DEADLOCK.
+ *         Failures: NEXAR_ERR_PEER_FAILED (failed_rank is dest),
+ *         NEXAR_ERR_TIMEOUT (p2p_timeout_ms), NEXAR_ERR_ABORTED,
+ *         NEXAR_ERR_CLOSED.
  */
 NEXAR_API nexar_status_t nexar_send(nexar_comm_t *comm, const void *buf, size_t bytes,
                                     uint32_t dest, uint32_t tag, nexar_done_fn done,
@@ -436,47 +636,177 @@ NEXAR_API nexar_status_t nexar_send(nexar_comm_t *comm, const void *buf, size_t 
 /**
  * Receive the next message from rank src with this tag into buf. A message of
  * another size completes with NEXAR_ERR_SIZE_MISMATCH (and is consumed).
+ *
+ * @param comm       the communicator
+ * @param buf        where the message goes, owned by the caller, written
+ *                   until done has returned; may be NULL when bytes is 0
+ * @param bytes      the expected message size, at most 4 GiB
+ * @param src        the sending rank (may be this rank)
+ * @param tag        the tag the sender used
+ * @param done       completion callback, or NULL to block until the operation
+ *                   completes (see "Completion" above)
+ * @param user_data  passed back to done
+ * @return with done: NEXAR_OK when the operation started (done will run), or
+ *         the reason it was refused (done will not run). Without done: the
+ *         operation's final status (its failed rank and number are in
+ *         nexar_last_error).
+ *         Refusals as for nexar_send. Failures: NEXAR_ERR_SIZE_MISMATCH,
+ *         NEXAR_ERR_PEER_FAILED (failed_rank is src), NEXAR_ERR_TIMEOUT
+ *         (p2p_timeout_ms), NEXAR_ERR_ABORTED (failed_rank is the rank that
+ *         aborted), NEXAR_ERR_CLOSED.
  */
 NEXAR_API nexar_status_t nexar_recv(nexar_comm_t *comm, void *buf, size_t bytes, uint32_t src,
                                     uint32_t tag, nexar_done_fn done, void *user_data);
 
 /* ---- Collectives (counts are element counts) ---------------------------------- */
 
+/*
+ * Every collective must be called by every rank of the communicator, in the
+ * same order on every rank (ranks that disagree get NEXAR_ERR_MISMATCH, never
+ * a hang). Semantics are MPI's (docs/collectives.md): count is in elements of
+ * dtype, blocks are ordered by rank, sendbuf is only read and recvbuf only
+ * written (both owned by the caller and in use until done has returned),
+ * count == 0 completes at once. The common parameters:
+ *
+ * @param comm       the communicator
+ * @param dtype      NEXAR_DTYPE_*
+ * @param op         NEXAR_OP_* (reductions)
+ * @param root       the root rank (rooted collectives)
+ * @param done       completion callback, or NULL to block until the operation
+ *                   completes (see "Completion" above)
+ * @param user_data  passed back to done
+ * @return with done: NEXAR_OK when the operation started (done will run), or
+ *         the reason it was refused (done will not run): NEXAR_ERR_INVALID_ARGUMENT
+ *         (comm NULL, unknown dtype or op, a NULL buffer this rank needs, a
+ *         count that overflows), NEXAR_ERR_INVALID_RANK (root), NEXAR_ERR_ABORTED,
+ *         NEXAR_ERR_CLOSED, NEXAR_ERR_WOULD_DEADLOCK. Without done: the
+ *         operation's final status (its failed rank and number are in
+ *         nexar_last_error). Failures: NEXAR_ERR_TIMEOUT (collective_timeout_ms,
+ *         barrier_timeout_ms; failed_rank is the rank waited for, when known),
+ *         NEXAR_ERR_PEER_FAILED,
+ *         NEXAR_ERR_ABORTED (failed_rank is the rank that aborted),
+ *         NEXAR_ERR_MISMATCH, NEXAR_ERR_CLOSED.
+ */
+
+/**
+ * Reduce count elements across ranks with op; every rank gets the result.
+ * sendbuf == recvbuf reduces in place. Float results are bit-identical on
+ * every rank.
+ *
+ * @param sendbuf  count elements
+ * @param recvbuf  count elements: the result
+ */
 NEXAR_API nexar_status_t nexar_allreduce(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
                                          size_t count, nexar_dtype_t dtype, nexar_op_t op,
                                          nexar_done_fn done, void *user_data);
+/**
+ * Copy root's count elements to every rank.
+ *
+ * @param buf  count elements: read on root, written elsewhere
+ */
 NEXAR_API nexar_status_t nexar_broadcast(nexar_comm_t *comm, void *buf, size_t count,
                                          nexar_dtype_t dtype, uint32_t root, nexar_done_fn done,
                                          void *user_data);
+/**
+ * Reduce count elements across ranks with op into root's recvbuf.
+ * sendbuf == recvbuf reduces in place.
+ *
+ * @param sendbuf  count elements
+ * @param recvbuf  count elements on root (the result); ignored elsewhere
+ */
 NEXAR_API nexar_status_t nexar_reduce(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
                                       size_t count, nexar_dtype_t dtype, nexar_op_t op,
                                       uint32_t root, nexar_done_fn done, void *user_data);
+/**
+ * Every rank gets every rank's block, ordered by rank.
+ *
+ * @param sendbuf  count elements: this rank's block
+ * @param recvbuf  count * size elements
+ */
 NEXAR_API nexar_status_t nexar_allgather(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
                                          size_t count, nexar_dtype_t dtype, nexar_done_fn done,
                                          void *user_data);
+/**
+ * Reduce recvcount * size elements across ranks with op; rank r gets block r
+ * of the result.
+ *
+ * @param sendbuf    recvcount * size elements
+ * @param recvbuf    recvcount elements
+ * @param recvcount  elements per block
+ */
 NEXAR_API nexar_status_t nexar_reduce_scatter(nexar_comm_t *comm, const void *sendbuf,
                                               void *recvbuf, size_t recvcount, nexar_dtype_t dtype,
                                               nexar_op_t op, nexar_done_fn done, void *user_data);
+/**
+ * Rank r sends block j of its sendbuf to rank j, which stores it as block r
+ * of its recvbuf.
+ *
+ * @param sendbuf  count * size elements
+ * @param recvbuf  count * size elements
+ * @param count    elements per block
+ */
 NEXAR_API nexar_status_t nexar_alltoall(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
                                         size_t count, nexar_dtype_t dtype, nexar_done_fn done,
                                         void *user_data);
+/**
+ * Root gets every rank's block, ordered by rank.
+ *
+ * @param sendbuf  count elements: this rank's block
+ * @param recvbuf  count * size elements on root; ignored elsewhere
+ */
 NEXAR_API nexar_status_t nexar_gather(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
                                       size_t count, nexar_dtype_t dtype, uint32_t root,
                                       nexar_done_fn done, void *user_data);
+/**
+ * Rank r gets block r of root's sendbuf.
+ *
+ * @param sendbuf  count * size elements on root; ignored elsewhere
+ * @param recvbuf  count elements
+ */
 NEXAR_API nexar_status_t nexar_scatter(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
                                        size_t count, nexar_dtype_t dtype, uint32_t root,
                                        nexar_done_fn done, void *user_data);
+/**
+ * Inclusive prefix reduction: rank r gets the reduction of ranks 0..r.
+ *
+ * @param sendbuf  count elements
+ * @param recvbuf  count elements
+ */
 NEXAR_API nexar_status_t nexar_scan(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
                                     size_t count, nexar_dtype_t dtype, nexar_op_t op,
                                     nexar_done_fn done, void *user_data);
+/**
+ * Exclusive prefix reduction: rank r > 0 gets the reduction of ranks
+ * 0..r-1; rank 0's recvbuf is not written.
+ *
+ * @param sendbuf  count elements
+ * @param recvbuf  count elements (may be NULL on rank 0)
+ */
 NEXAR_API nexar_status_t nexar_exscan(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
                                       size_t count, nexar_dtype_t dtype, nexar_op_t op,
                                       nexar_done_fn done, void *user_data);
+/**
+ * Complete once every rank has entered the barrier (barrier_timeout_ms
+ * bounds the wait).
+ */
 NEXAR_API nexar_status_t nexar_barrier(nexar_comm_t *comm, nexar_done_fn done, void *user_data);
 
 /**
- * Split into sub-communicators by color, ranks ordered by (key, rank). *out is
- * written before done runs (or before a blocking call returns).
+ * Split into sub-communicators by color, ranks ordered by (key, rank). A
+ * collective on comm: every rank calls it, in the same order as the other
+ * collectives. The new communicator shares comm's engine and stays usable
+ * if comm is destroyed first.
+ *
+ * @param comm       the communicator to split
+ * @param color      ranks with the same color form one communicator
+ * @param key        orders the ranks within it (ties: by rank in comm)
+ * @param out        written before done runs (or before a blocking call
+ *                   returns): the new communicator, owned by the caller
+ *                   (release with nexar_comm_destroy); NULL on failure
+ * @param done       completion callback, or NULL to block
+ * @param user_data  passed back to done
+ * @return as for the collectives above; also NEXAR_ERR_INVALID_ARGUMENT when
+ *         out is NULL
  */
 NEXAR_API nexar_status_t nexar_comm_split(nexar_comm_t *comm, uint32_t color, uint32_t key,
                                           nexar_comm_t **out, nexar_done_fn done, void *user_data);
@@ -501,13 +831,22 @@ typedef struct nexar_rpc_reply nexar_rpc_reply_t;
 typedef struct nexar_rpc_response nexar_rpc_response_t;
 
 /**
- * A handler: src_rank called function fn_id with request[0..request_len)
- * (valid during the call only). Return NEXAR_OK and the bytes put into reply
- * (none: an empty response) go back to the caller. Return anything else and
- * the caller's call fails with NEXAR_ERR_RPC_FAILED, whose message carries the
- * returned code and the text given to nexar_rpc_reply_set_error. A handler may
- * start asynchronous nexar operations; blocking ones (done == NULL) return
- * NEXAR_ERR_WOULD_DEADLOCK, like in any callback.
+ * A handler: src_rank called function fn_id with request[0..request_len).
+ * A handler may start asynchronous nexar operations; blocking ones
+ * (done == NULL) return NEXAR_ERR_WOULD_DEADLOCK, like in any callback.
+ *
+ * @param user_data    the pointer given to nexar_rpc_register
+ * @param src_rank     the calling rank
+ * @param fn_id        the function called
+ * @param request      the request bytes, owned by nexar, valid during the
+ *                     call only (NULL when request_len is 0)
+ * @param request_len  their number
+ * @param reply        where the response goes (nexar_rpc_reply_*), owned by
+ *                     nexar, valid during the call only
+ * @return NEXAR_OK: the bytes put into reply (none: an empty response) go
+ *         back to the caller. Anything else: the caller's call fails with
+ *         NEXAR_ERR_RPC_FAILED, whose message carries the returned code and
+ *         the text given to nexar_rpc_reply_set_error.
  */
 typedef nexar_status_t (*nexar_rpc_handler_fn)(void *user_data, uint32_t src_rank, uint32_t fn_id,
                                                const void *request, size_t request_len,
@@ -519,20 +858,49 @@ typedef nexar_status_t (*nexar_rpc_handler_fn)(void *user_data, uint32_t src_ran
  * this returns (outside a callback), no invocation of the replaced handler is
  * running or will start. Requests for an fn_id without a handler fail at the
  * caller with NEXAR_ERR_RPC_NOT_REGISTERED.
+ *
+ * @param comm       the communicator
+ * @param fn_id      the function served
+ * @param handler    the handler, or NULL to unregister
+ * @param user_data  passed back to handler; owned by the caller, who keeps it
+ *                   valid until the handler is replaced or the communicator
+ *                   destroyed
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when comm is NULL
  */
 NEXAR_API nexar_status_t nexar_rpc_register(nexar_comm_t *comm, uint32_t fn_id,
                                             nexar_rpc_handler_fn handler, void *user_data);
 
 /**
  * Inside a handler: a response buffer of len bytes to fill in place (replaces
- * any earlier one). NULL when len is 0 or on failure (NO_MEMORY, or len above
- * the 4 GiB message limit; see nexar_last_error_message).
+ * any earlier one).
+ *
+ * @param reply  the handler's reply
+ * @param len    the response size, at most 4 GiB
+ * @return the buffer, owned by nexar, writable until the handler returns;
+ *         NULL when len is 0 or on failure (NEXAR_ERR_NO_MEMORY, reply NULL,
+ *         or len above the 4 GiB message limit; see nexar_last_error)
  */
 NEXAR_API void *nexar_rpc_reply_alloc(nexar_rpc_reply_t *reply, size_t len);
-/** Inside a handler: copies data[0..len) as the response. */
+/**
+ * Inside a handler: copies data[0..len) as the response (replaces any
+ * earlier one).
+ *
+ * @param reply  the handler's reply
+ * @param data   the bytes (copied); may be NULL when len is 0
+ * @param len    their number, at most 4 GiB
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT (reply NULL, data NULL with
+ *         len > 0, len above 4 GiB) or NEXAR_ERR_NO_MEMORY
+ */
 NEXAR_API nexar_status_t nexar_rpc_reply_set(nexar_rpc_reply_t *reply, const void *data,
                                              size_t len);
-/** Inside a handler: the message sent with a failure (copied; at most 4 KiB kept). */
+/**
+ * Inside a handler: the message sent to the caller when the handler returns
+ * a failure.
+ *
+ * @param reply    the handler's reply
+ * @param message  the text (copied; at most 4 KiB kept); NULL clears it
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when reply is NULL
+ */
 NEXAR_API nexar_status_t nexar_rpc_reply_set_error(nexar_rpc_reply_t *reply, const char *message);
 
 /**
@@ -544,17 +912,47 @@ NEXAR_API nexar_status_t nexar_rpc_reply_set_error(nexar_rpc_reply_t *reply, con
  * NEXAR_ERR_TIMEOUT (no response within rpc_timeout_ms; a later response is
  * dropped), NEXAR_ERR_PEER_FAILED (failed_rank is the target), NEXAR_ERR_ABORTED,
  * NEXAR_ERR_CLOSED (the communicator was destroyed with the call pending).
- * request and *response must stay valid until done has returned.
+ *
+ * @param comm         the communicator
+ * @param target_rank  the rank that serves the call
+ * @param fn_id        the function called
+ * @param request      the request bytes, owned by the caller, read until done
+ *                     has returned; may be NULL when request_len is 0
+ * @param request_len  their number, at most 4 GiB
+ * @param response     where the response handle goes; must stay valid until
+ *                     done has returned
+ * @param done         completion callback, or NULL to block
+ * @param user_data    passed back to done
+ * @return as for nexar_send (refusals include NEXAR_ERR_INVALID_ARGUMENT when
+ *         response is NULL); the failures are listed above
  */
 NEXAR_API nexar_status_t nexar_rpc_call(nexar_comm_t *comm, uint32_t target_rank, uint32_t fn_id,
                                         const void *request, size_t request_len,
                                         nexar_rpc_response_t **response, nexar_done_fn done,
                                         void *user_data);
 
-/** The response bytes (NULL when empty); valid until the response is freed. */
+/**
+ * The response bytes.
+ *
+ * @param response  a response from nexar_rpc_call
+ * @return the bytes, owned by the response, valid until it is freed; NULL
+ *         when the response is empty or response is NULL
+ */
 NEXAR_API const void *nexar_rpc_response_data(const nexar_rpc_response_t *response);
+
+/**
+ * The number of response bytes.
+ *
+ * @param response  a response from nexar_rpc_call
+ * @return the size; 0 when response is NULL
+ */
 NEXAR_API size_t nexar_rpc_response_size(const nexar_rpc_response_t *response);
-/** Frees a response. NULL is ignored. */
+
+/**
+ * Frees a response (from any thread).
+ *
+ * @param response  the response (invalid afterwards); NULL is ignored
+ */
 NEXAR_API void nexar_rpc_response_free(nexar_rpc_response_t *response);
 
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
 // The Go binding's C half (see shim.h): wrappers that keep nexar's
-// thread-local error message, and the trampolines through which nexar's
+// thread-local last error, and the trampolines through which nexar's
 // threads reach Go.
 #include "shim.h"
 
@@ -8,16 +8,19 @@
 
 #include "_cgo_export.h"
 
-static nexar_status_t fail(nexar_comm_t *comm, nexar_status_t st, gx_err *err) {
+// The failed call's own record: its message and the rank it names (a
+// blocking receive names the peer that died or aborted).
+static nexar_status_t fail(nexar_status_t st, gx_err *err) {
   if (st == NEXAR_OK || !err) return st;
-  err->msg = strdup(nexar_last_error_message());
-  err->failed_rank = -1;
-  if (comm && (st == NEXAR_ERR_PEER_FAILED || st == NEXAR_ERR_ABORTED)) {
-    // A blocking call reports no rank; a failure found in the background does.
-    nexar_completion_t info;
-    memset(&info, 0, sizeof info);
-    info.struct_size = sizeof info;
-    if (nexar_comm_get_async_error(comm, &info) != NEXAR_OK) err->failed_rank = info.failed_rank;
+  nexar_completion_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  if (nexar_last_error(&info) == NEXAR_OK) {
+    err->msg = strdup(info.message);
+    err->failed_rank = info.failed_rank;
+  } else {
+    err->msg = strdup(nexar_last_error_message());
+    err->failed_rank = -1;
   }
   return st;
 }
@@ -46,7 +49,7 @@ static void gx_log(void *user_data, int32_t level, const char *line) {
 }
 
 nexar_status_t gx_set_log(int enable, gx_err *err) {
-  return fail(NULL, nexar_set_log_callback(enable ? gx_log : NULL, NULL), err);
+  return fail(nexar_set_log_callback(enable ? gx_log : NULL, NULL), err);
 }
 
 int gx_in_log_callback(void) {
@@ -101,22 +104,22 @@ nexar_status_t gx_op(int kind, nexar_comm_t *c, const void *s, void *r, size_t n
       if (err) err->msg = strdup("unknown operation kind (a bug in the Go binding)");
       return NEXAR_ERR_INTERNAL;
   }
-  return fail(c, st, err);
+  return fail(st, err);
 }
 
 nexar_status_t gx_split(nexar_comm_t *c, uint32_t color, uint32_t key, nexar_comm_t **out,
                         gx_pending *p, gx_err *err) {
-  return fail(c, nexar_comm_split(c, color, key, out, p ? gx_done : NULL, p), err);
+  return fail(nexar_comm_split(c, color, key, out, p ? gx_done : NULL, p), err);
 }
 
 nexar_status_t gx_rpc_call(nexar_comm_t *c, uint32_t target, uint32_t fn_id, const void *req,
                            size_t len, nexar_rpc_response_t **response, gx_pending *p,
                            gx_err *err) {
-  return fail(c, nexar_rpc_call(c, target, fn_id, req, len, response, p ? gx_done : NULL, p), err);
+  return fail(nexar_rpc_call(c, target, fn_id, req, len, response, p ? gx_done : NULL, p), err);
 }
 
 nexar_status_t gx_rpc_register(nexar_comm_t *c, uint32_t fn_id, uintptr_t handle, gx_err *err) {
-  return fail(c, nexar_rpc_register(c, fn_id, handle ? gx_serve : NULL, (void *)handle), err);
+  return fail(nexar_rpc_register(c, fn_id, handle ? gx_serve : NULL, (void *)handle), err);
 }
 
 nexar_status_t gx_rpc_reply(nexar_rpc_reply_t *reply, const void *data, size_t len) {
@@ -126,42 +129,42 @@ nexar_status_t gx_rpc_reply(nexar_rpc_reply_t *reply, const void *data, size_t l
 }
 
 nexar_status_t gx_options_init(nexar_comm_options_t *opts, gx_err *err) {
-  return fail(NULL, nexar_comm_options_init(opts, sizeof *opts), err);
+  return fail(nexar_comm_options_init(opts, sizeof *opts), err);
 }
 
 nexar_status_t gx_bootstrap_local(nexar_comm_t **comms, uint32_t n,
                                   const nexar_comm_options_t *opts, gx_err *err) {
-  return fail(NULL, nexar_bootstrap_local(comms, n, opts), err);
+  return fail(nexar_bootstrap_local(comms, n, opts), err);
 }
 
 nexar_status_t gx_init_from_env(nexar_comm_t **out, gx_err *err) {
-  return fail(NULL, nexar_comm_init_from_env(out), err);
+  return fail(nexar_comm_init_from_env(out), err);
 }
 
 nexar_status_t gx_join(nexar_comm_t **out, const nexar_comm_options_t *opts, gx_err *err) {
-  return fail(NULL, nexar_comm_join(out, opts), err);
+  return fail(nexar_comm_join(out, opts), err);
 }
 
 nexar_status_t gx_seed_options_init(nexar_seed_options_t *opts, gx_err *err) {
-  return fail(NULL, nexar_seed_options_init(opts, sizeof *opts), err);
+  return fail(nexar_seed_options_init(opts, sizeof *opts), err);
 }
 
 nexar_status_t gx_seed_start(nexar_seed_t **out, const nexar_seed_options_t *opts, gx_err *err) {
-  return fail(NULL, nexar_seed_start(out, opts), err);
+  return fail(nexar_seed_start(out, opts), err);
 }
 
 nexar_status_t gx_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms, int32_t *ended, gx_err *err) {
   nexar_status_t st = nexar_seed_wait(seed, timeout_ms, ended);
   // While forming, NEXAR_ERR_TIMEOUT only says "not yet": no message to copy.
-  return *ended || st != NEXAR_ERR_TIMEOUT ? fail(NULL, st, err) : st;
+  return *ended || st != NEXAR_ERR_TIMEOUT ? fail(st, err) : st;
 }
 
 nexar_status_t gx_abort(nexar_comm_t *c, gx_err *err) {
-  return fail(c, nexar_comm_abort(c), err);
+  return fail(nexar_comm_abort(c), err);
 }
 
 nexar_status_t gx_stats(nexar_comm_t *c, nexar_stats_t *stats, gx_err *err) {
   memset(stats, 0, sizeof *stats);
   stats->struct_size = sizeof *stats;
-  return fail(c, nexar_comm_get_stats(c, stats), err);
+  return fail(nexar_comm_get_stats(c, stats), err);
 }

@@ -3,10 +3,11 @@
  * only (cgo forbids definitions in the preamble of a file that uses
  * //export); the definitions are in shim.c.
  *
- * Every wrapper returns the nexar status. On a synchronous failure it copies
- * nexar_last_error_message() into err->msg (malloc'd, freed by Go) in the
- * same C call: the message is thread-local and a goroutine may move to
- * another thread between two cgo calls.
+ * Every wrapper returns the nexar status. On a failed call (a refused one, or
+ * a blocking one that failed) it copies nexar_last_error() into err (the
+ * message malloc'd, freed by Go) in the same C call: the record is
+ * thread-local and a goroutine may move to another thread between two cgo
+ * calls.
  */
 #ifndef NEXAR_GO_SHIM_H
 #define NEXAR_GO_SHIM_H
@@ -15,11 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A synchronous failure: nexar's message and, when nexar reported one in the
- * background (PEER_FAILED, ABORTED), the rank to blame. */
+/* A failed call, from nexar_last_error: nexar's message and the rank the
+ * call itself names (the peer a blocking receive lost, the rank that aborted). */
 typedef struct gx_err {
-  char *msg;           /* malloc'd copy of nexar_last_error_message(), or NULL */
-  int32_t failed_rank; /* -1 when unknown */
+  char *msg;           /* malloc'd copy of the record's message, or NULL */
+  int32_t failed_rank; /* -1 when the call names none */
 } gx_err;
 
 /* One operation started with a completion callback (the cancellable path).

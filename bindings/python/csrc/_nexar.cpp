@@ -57,6 +57,21 @@ py::object &support() {
   throw py::error_already_set();
 }
 
+// The record of the call that just failed on this thread (nexar_last_error):
+// its message and the rank it names. Read before any other nexar call.
+void read_last_error(std::string *msg, int32_t *failed_rank) {
+  nexar_completion_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  if (nexar_last_error(&info) == NEXAR_OK) {
+    *msg = info.message;
+    *failed_rank = info.failed_rank;
+  } else {
+    *msg = nexar_last_error_message();
+    *failed_rank = -1;
+  }
+}
+
 [[noreturn]] void raise_closed(const std::string &op) {
   raise_nexar(NEXAR_ERR_CLOSED, -1, op + ": the communicator is closed", op, -1);
 }
@@ -778,15 +793,7 @@ py::object Communicator::run(const std::string &op, const Submit &submit,
         was_closed = true;
       } else {
         st = submit(h_, nullptr, nullptr);
-        if (st != NEXAR_OK) {
-          msg = nexar_last_error_message();
-          // A blocking call reports no rank: a failure found in the background does.
-          nexar_completion_t info;
-          memset(&info, 0, sizeof info);
-          if ((st == NEXAR_ERR_PEER_FAILED || st == NEXAR_ERR_ABORTED) &&
-              nexar_comm_get_async_error(h_, &info) != NEXAR_OK)
-            failed = info.failed_rank;
-        }
+        if (st != NEXAR_OK) read_last_error(&msg, &failed);
       }
     }
     if (was_closed) raise_closed(op);

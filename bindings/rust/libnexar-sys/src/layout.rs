@@ -283,4 +283,18 @@ fn library_agrees_at_run_time() {
     assert_eq!(opts.struct_size, size_of::<nexar_comm_options_t>());
     // SAFETY: a known dtype; no pointers involved.
     assert_eq!(unsafe { nexar_dtype_size(NEXAR_DTYPE_F64) }, 8);
+    // The thread's last error fills our nexar_completion_t whole: nothing has
+    // failed on this thread, so it reads as no failure.
+    let mut info = MaybeUninit::<nexar_completion_t>::zeroed();
+    // SAFETY: info points to writable memory; struct_size says how much.
+    let st = unsafe {
+        (*info.as_mut_ptr()).struct_size = size_of::<nexar_completion_t>();
+        nexar_last_error(info.as_mut_ptr())
+    };
+    assert_eq!(st, NEXAR_OK);
+    // SAFETY: zeroed, then filled by the successful call above.
+    let info = unsafe { info.assume_init() };
+    assert_eq!(info.struct_size, size_of::<nexar_completion_t>());
+    assert_eq!((info.status, info.failed_rank, info.op_seq), (NEXAR_OK, -1, 0));
+    assert!(!info.message.is_null());
 }

@@ -271,6 +271,7 @@ extern "C" {
 
     pub fn nexar_status_str(status: nexar_status_t) -> *const c_char;
     pub fn nexar_last_error_message() -> *const c_char;
+    pub fn nexar_last_error(info: *mut nexar_completion_t) -> nexar_status_t;
 
     pub fn nexar_dtype_size(dtype: nexar_dtype_t) -> usize;
 

@@ -383,15 +383,9 @@ impl Communicator {
         if st == sys::NEXAR_OK {
             return Ok(());
         }
-        // First, before any other nexar call on this thread.
-        let mut err = Error::last(st, op, Some(self.rank));
-        // A blocking call reports no rank; a failure found in the background does.
-        if matches!(err.status, Status::PeerFailed | Status::Aborted) {
-            if let Some(bg) = self.async_error() {
-                err.failed_rank = bg.failed_rank;
-            }
-        }
-        Err(err)
+        // First, before any other nexar call on this thread: the call's own
+        // record names the rank that failed it.
+        Err(Error::last(st, op, Some(self.rank)))
     }
 
     fn error(&self, status: Status, op: &'static str, message: String) -> Error {

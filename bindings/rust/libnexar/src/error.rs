@@ -4,6 +4,7 @@ use libnexar_sys as sys;
 use std::any::Any;
 use std::ffi::CStr;
 use std::fmt;
+use std::mem::{self, MaybeUninit};
 
 /// A nexar status code (`NEXAR_OK`, `NEXAR_ERR_*`). The values never change;
 /// codes this binding does not know yet come as [`Status::Unknown`].
@@ -180,9 +181,9 @@ impl fmt::Display for Status {
 
 /// A failed nexar operation.
 ///
-/// `message` is nexar's own text: `nexar_last_error_message()` for a call that
-/// failed synchronously (and for blocking calls), the completion's message for
-/// an asynchronous one. Displayed as
+/// `message` and `failed_rank` are nexar's own: from `nexar_last_error()` for a
+/// call that failed synchronously (and for blocking calls), from the
+/// completion for an asynchronous one. Displayed as
 /// `all_reduce on rank 0 failed (NEXAR_ERR_TIMEOUT) [failed rank 2]: <message>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
@@ -296,16 +297,24 @@ impl Error {
         self
     }
 
-    /// An error for a call that just failed on this thread, with
-    /// `nexar_last_error_message()` (to be called before any other nexar call).
+    /// An error for a call that just failed on this thread, from the call's
+    /// own record, `nexar_last_error()` (to be called before any other nexar
+    /// call): its message and the rank it names (the peer a blocking receive
+    /// lost, the rank that aborted).
     pub(crate) fn last(code: i32, op: &'static str, rank: Option<u32>) -> Error {
-        Error::new(
-            Status::from_code(code),
-            op,
-            rank,
-            None,
-            last_error_message(),
-        )
+        let mut info = MaybeUninit::<sys::nexar_completion_t>::zeroed();
+        // SAFETY: info points to writable memory of the size it declares; the
+        // message is copied at once, while the thread-local record holds it.
+        let (failed_rank, message) = unsafe {
+            (*info.as_mut_ptr()).struct_size = mem::size_of::<sys::nexar_completion_t>();
+            if sys::nexar_last_error(info.as_mut_ptr()) == sys::NEXAR_OK {
+                let info = info.assume_init();
+                (u32::try_from(info.failed_rank).ok(), cstr_lossy(info.message))
+            } else {
+                (None, last_error_message())
+            }
+        };
+        Error::new(Status::from_code(code), op, rank, failed_rank, message)
     }
 
     /// An argument this binding refuses before calling nexar.

@@ -434,3 +434,31 @@ fn init_from_env_without_a_cluster_is_not_found() {
         stderr
     );
 }
+
+/// A blocking call's error names the rank that failed it, from the call
+/// itself: rank 0's first background error names rank 3 (dropped first),
+/// while its receive fails because rank 2 aborts.
+#[test]
+fn blocking_errors_name_the_rank_that_failed_the_call() {
+    let mut w = world(4);
+    drop(w.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let background = loop {
+        if let Some(e) = w[0].async_error() {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "rank 0 never heard of rank 3");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(background.failed_rank, Some(3), "{}", background);
+    let e = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            w[2].abort().unwrap();
+        });
+        w[0].recv(&mut [0u8; 8], 2, 1).unwrap_err()
+    });
+    assert_eq!(e.status, Status::Aborted, "{}", e);
+    assert_eq!(e.failed_rank, Some(2), "{}", e);
+    assert!(e.to_string().contains("[failed rank 2]"), "{}", e);
+}
