@@ -34,8 +34,8 @@ usage: python -m {_NAME} [options] script.py [args...]
        python -m {_NAME} [options] -m package.module [args...]
        python -m {_NAME} [options] -- program [args...]
 
-A script or a module runs under {sys.executable}. The options are those of
-nexar-run:
+A script or a module runs under this interpreter, {sys.executable}.
+Every option is nexar-run's:
 """
 
 
