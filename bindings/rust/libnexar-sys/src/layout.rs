@@ -295,6 +295,9 @@ fn library_agrees_at_run_time() {
     // SAFETY: zeroed, then filled by the successful call above.
     let info = unsafe { info.assume_init() };
     assert_eq!(info.struct_size, size_of::<nexar_completion_t>());
-    assert_eq!((info.status, info.failed_rank, info.op_seq), (NEXAR_OK, -1, 0));
+    assert_eq!(
+        (info.status, info.failed_rank, info.op_seq),
+        (NEXAR_OK, -1, 0)
+    );
     assert!(!info.message.is_null());
 }

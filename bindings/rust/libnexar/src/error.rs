@@ -309,7 +309,10 @@ impl Error {
             (*info.as_mut_ptr()).struct_size = mem::size_of::<sys::nexar_completion_t>();
             if sys::nexar_last_error(info.as_mut_ptr()) == sys::NEXAR_OK {
                 let info = info.assume_init();
-                (u32::try_from(info.failed_rank).ok(), cstr_lossy(info.message))
+                (
+                    u32::try_from(info.failed_rank).ok(),
+                    cstr_lossy(info.message),
+                )
             } else {
                 (None, last_error_message())
             }
