@@ -22,7 +22,9 @@
 //
 // Exit status: 0 when every local rank exited 0; else the first failing
 // rank's exit status (128 + signal when it was killed); 1 when formation
-// failed; 2 on a usage error. Built on the public C ABI only.
+// failed; 2 on a usage error (including a listen address or formation timeout
+// the seed refuses). Messages start with the name it was run by ("nexar-run:").
+// Built on the public C ABI only; python -m nexar.run runs it too.
 #include <fcntl.h>
 #include <nexar.h>
 #include <poll.h>
@@ -34,6 +36,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +52,10 @@ extern char **environ;
 
 namespace {
 
+// The name messages start with: the name this program was run by (argv[0]),
+// so that python -m nexar.run, which runs it as "nexar.run", speaks as itself.
+const char *g_name = "nexar-run";
+
 volatile sig_atomic_t g_signal = 0;
 int g_wake[2] = {-1, -1};  // self-pipe: signals and seed events wake the poll loop
 
@@ -59,9 +66,14 @@ void on_signal(int sig) {
   (void)r;
 }
 
+// perror with this program's name.
+void say_errno(const char *what) {
+  fprintf(stderr, "%s: %s: %s\n", g_name, what, strerror(errno));
+}
+
 void usage(FILE *f) {
   fprintf(f,
-          "usage: nexar-run -n N [--host-file F] [--listen HOST:PORT] [--grace SECONDS]\n"
+          "usage: %s -n N [--host-file F] [--listen HOST:PORT] [--grace SECONDS]\n"
           "                 [--formation-timeout SECONDS] [--bind-to none|core|hwthread]\n"
           "                 -- program [args...]\n"
           "\n"
@@ -77,14 +89,15 @@ void usage(FILE *f) {
           "  --bind-to W              pin local rank i to the i-th core (core) or hardware\n"
           "                           thread (hwthread) this process may use, wrapping when\n"
           "                           ranks outnumber them; none (default) leaves placement\n"
-          "                           to the scheduler\n");
+          "                           to the scheduler\n",
+          g_name);
 }
 
 std::string random_token() {
   unsigned char b[32];
   int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
   if (fd < 0 || read(fd, b, sizeof b) != static_cast<ssize_t>(sizeof b)) {
-    perror("nexar-run: /dev/urandom");
+    say_errno("/dev/urandom");
     exit(1);
   }
   close(fd);
@@ -162,7 +175,7 @@ class Output {
   }
   void note(const std::string &text) {
     clear();
-    fprintf(stderr, "nexar-run: %s\n", text.c_str());
+    fprintf(stderr, "%s: %s\n", g_name, text.c_str());
     fflush(stderr);
     redraw();
   }
@@ -178,7 +191,7 @@ class Output {
     const auto now = std::chrono::steady_clock::now();
     if (!force && now - last_ < std::chrono::seconds(2)) return;
     last_ = now;
-    fprintf(stderr, "nexar-run: %s\n", text.c_str());
+    fprintf(stderr, "%s: %s\n", g_name, text.c_str());
     fflush(stderr);
   }
   void done() {
@@ -195,7 +208,7 @@ class Output {
   }
   void redraw() {
     if (!tty_ || progress_.empty()) return;
-    fprintf(stderr, "\r\033[Knexar-run: %s", progress_.c_str());
+    fprintf(stderr, "\r\033[K%s: %s", g_name, progress_.c_str());
     fflush(stderr);
     shown_ = true;
   }
@@ -228,6 +241,10 @@ bool is_local_host(const std::string &h) {
 }  // namespace
 
 int main(int argc, char **argv) {
+  if (argc > 0 && argv[0][0]) {
+    const char *slash = strrchr(argv[0], '/');
+    g_name = slash ? slash + 1 : argv[0];
+  }
   long n = -1;
   double grace = 5.0, formation = -1;
   std::string host_file, listen;
@@ -237,7 +254,7 @@ int main(int argc, char **argv) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) {
-        fprintf(stderr, "nexar-run: %s needs a value\n", a.c_str());
+        fprintf(stderr, "%s: %s needs a value\n", g_name, a.c_str());
         exit(2);
       }
       return argv[++i];
@@ -250,7 +267,7 @@ int main(int argc, char **argv) {
       char *end = nullptr;
       n = strtol(v.c_str(), &end, 10);
       if (*end || n < 1 || n > 1024) {
-        fprintf(stderr, "nexar-run: -n %s is not in 1..1024\n", v.c_str());
+        fprintf(stderr, "%s: -n %s is not in 1..1024\n", g_name, v.c_str());
         return 2;
       }
     } else if (a == "--host-file" || a == "--hostfile") {
@@ -264,14 +281,14 @@ int main(int argc, char **argv) {
     } else if (a == "--bind-to") {
       std::string v = value();
       if (!nexar_run::parse_bind_to(v, &bind_to)) {
-        fprintf(stderr, "nexar-run: --bind-to %s: expected none, core or hwthread\n", v.c_str());
+        fprintf(stderr, "%s: --bind-to %s: expected none, core or hwthread\n", g_name, v.c_str());
         return 2;
       }
     } else if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
     } else if (!a.empty() && a[0] == '-') {
-      fprintf(stderr, "nexar-run: unknown option %s\n", a.c_str());
+      fprintf(stderr, "%s: unknown option %s\n", g_name, a.c_str());
       usage(stderr);
       return 2;
     } else {
@@ -279,7 +296,7 @@ int main(int argc, char **argv) {
     }
   }
   if (i >= argc) {
-    fprintf(stderr, "nexar-run: no program given\n");
+    fprintf(stderr, "%s: no program given\n", g_name);
     usage(stderr);
     return 2;
   }
@@ -290,7 +307,7 @@ int main(int argc, char **argv) {
   if (!host_file.empty()) {
     std::ifstream f(host_file);
     if (!f) {
-      fprintf(stderr, "nexar-run: cannot read %s\n", host_file.c_str());
+      fprintf(stderr, "%s: cannot read %s\n", g_name, host_file.c_str());
       return 2;
     }
     std::string line;
@@ -304,7 +321,7 @@ int main(int argc, char **argv) {
       while (ss >> opt)
         if (opt.rfind("slots=", 0) == 0) slots = atol(opt.c_str() + 6);
       if (slots < 1) {
-        fprintf(stderr, "nexar-run: %s: bad slots for %s\n", host_file.c_str(), host.c_str());
+        fprintf(stderr, "%s: %s: bad slots for %s\n", g_name, host_file.c_str(), host.c_str());
         return 2;
       }
       hosts.emplace_back(host, slots);
@@ -314,7 +331,7 @@ int main(int argc, char **argv) {
       total += s;
     if (n < 0) n = total;
     if (total < n || hosts.empty()) {
-      fprintf(stderr, "nexar-run: %s has %ld slots for %ld ranks\n", host_file.c_str(), total, n);
+      fprintf(stderr, "%s: %s has %ld slots for %ld ranks\n", g_name, host_file.c_str(), total, n);
       return 2;
     }
     for (auto &[h, s] : hosts)
@@ -325,13 +342,14 @@ int main(int argc, char **argv) {
       remote |= !h.empty();
     if (remote && listen.empty()) {
       fprintf(stderr,
-              "nexar-run: ranks run on other hosts: give --listen with an address of this host "
-              "that they reach (for example --listen 10.0.0.1:29400)\n");
+              "%s: ranks run on other hosts: give --listen with an address of this host "
+              "that they reach (for example --listen 10.0.0.1:29400)\n",
+              g_name);
       return 2;
     }
   }
   if (n < 0) {
-    fprintf(stderr, "nexar-run: -n is required\n");
+    fprintf(stderr, "%s: -n is required\n", g_name);
     usage(stderr);
     return 2;
   }
@@ -339,7 +357,7 @@ int main(int argc, char **argv) {
   if (listen.empty()) listen = "127.0.0.1:0";
 
   if (pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-    perror("nexar-run: pipe");
+    say_errno("pipe");
     return 1;
   }
   struct sigaction sa;
@@ -354,7 +372,7 @@ int main(int argc, char **argv) {
   Progress progress;
   nexar_seed_options_t opts;
   if (nexar_seed_options_init(&opts, sizeof opts) != NEXAR_OK) {
-    fprintf(stderr, "nexar-run: %s\n", nexar_last_error_message());
+    fprintf(stderr, "%s: %s\n", g_name, nexar_last_error_message());
     return 2;
   }
   opts.listen_address = listen.c_str();
@@ -362,13 +380,18 @@ int main(int argc, char **argv) {
   opts.cluster_token = token.c_str();
   opts.token_file = nullptr;
   opts.open = 0;
-  if (formation > 0) opts.formation_timeout_ms = static_cast<uint64_t>(formation * 1000);
+  // Past what a uint64_t holds (or infinite): the largest value, which the
+  // seed refuses, naming its bound (a cast would be undefined).
+  if (formation > 0)
+    opts.formation_timeout_ms =
+        formation * 1000.0 < 1.8e19 ? static_cast<uint64_t>(formation * 1000.0) : UINT64_MAX;
   opts.on_event = on_seed_event;
   opts.event_user_data = &progress;
   nexar_seed_t *seed = nullptr;
-  if (nexar_seed_start(&seed, &opts) != NEXAR_OK) {
-    fprintf(stderr, "nexar-run: cannot start the seed: %s\n", nexar_last_error_message());
-    return 1;
+  if (const nexar_status_t st = nexar_seed_start(&seed, &opts); st != NEXAR_OK) {
+    fprintf(stderr, "%s: cannot start the seed: %s\n", g_name, nexar_last_error_message());
+    // A listen address or formation timeout the seed refuses is a usage error.
+    return st == NEXAR_ERR_INVALID_ARGUMENT ? 2 : 1;
   }
   const std::string seed_addr = nexar_seed_address(seed);
 
@@ -381,7 +404,7 @@ int main(int argc, char **argv) {
   // Ranks of other hosts are bound (or not) by whoever starts them there.
   if (bind_to != nexar_run::BindTo::kNone && local_count > 0) {
     if (slots.empty()) {
-      perror("nexar-run: --bind-to: sched_getaffinity");
+      say_errno("--bind-to: sched_getaffinity");
       return 1;
     }
     std::string where;
@@ -404,20 +427,20 @@ int main(int argc, char **argv) {
       std::string cmd = env_prefix;
       for (auto &a : program)
         cmd += " " + shell_quote(a);
-      printf("nexar-run: run on %s: %s\n", host_of[r].c_str(), cmd.c_str());
+      printf("%s: run on %s: %s\n", g_name, host_of[r].c_str(), cmd.c_str());
       fflush(stdout);
       continue;
     }
     int o[2], e[2];
     if (pipe2(o, O_CLOEXEC) != 0 || pipe2(e, O_CLOEXEC) != 0) {
-      perror("nexar-run: pipe");
+      say_errno("pipe");
       return 1;
     }
     Rank rk;
     rk.rank = r;
     rk.pid = fork();
     if (rk.pid < 0) {
-      perror("nexar-run: fork");
+      say_errno("fork");
       return 1;
     }
     if (rk.pid == 0) {
@@ -441,7 +464,7 @@ int main(int argc, char **argv) {
       if (!slots.empty()) {
         const cpu_set_t &slot = slots[local_index % slots.size()];
         if (sched_setaffinity(0, sizeof slot, &slot) != 0) {
-          fprintf(stderr, "nexar-run: rank %u: cannot bind to CPU %s: %s\n", r,
+          fprintf(stderr, "%s: rank %u: cannot bind to CPU %s: %s\n", g_name, r,
                   nexar_run::describe_cpus(slot).c_str(), strerror(errno));
           _exit(127);
         }
@@ -451,7 +474,7 @@ int main(int argc, char **argv) {
         av.push_back(const_cast<char *>(a.c_str()));
       av.push_back(nullptr);
       execvp(av[0], av.data());
-      fprintf(stderr, "nexar-run: cannot run %s: %s\n", av[0], strerror(errno));
+      fprintf(stderr, "%s: cannot run %s: %s\n", g_name, av[0], strerror(errno));
       _exit(127);
     }
     setpgid(rk.pid, rk.pid);
@@ -589,7 +612,7 @@ int main(int argc, char **argv) {
   if (seed) nexar_seed_stop(seed);
 
   if (failed_rank >= 0) {
-    fprintf(stderr, "nexar-run: failed: rank %d %s; %u other rank(s) stopped\n", failed_rank,
+    fprintf(stderr, "%s: failed: rank %d %s; %u other rank(s) stopped\n", g_name, failed_rank,
             describe_status(failed_status).c_str(), stopped);
     if (WIFEXITED(failed_status)) return WEXITSTATUS(failed_status);
     if (WIFSIGNALED(failed_status)) return 128 + WTERMSIG(failed_status);

@@ -87,11 +87,14 @@ def test_bind_to_pins_each_rank_to_its_slot_in_turn():
     for rank in range(2):
         assert _rank_cpus(r.stdout, rank) == set(cpus), r.stdout
     assert "binding:" not in r.stderr
-    # Cores cover every CPU this process may use, each once.
-    from nexar.run import binding_slots
-    assert binding_slots("none") == []
-    slots = binding_slots("core")
-    assert sorted(c for s in slots for c in s) == sorted(os.sched_getaffinity(0))
+    # Cores cover every CPU the launcher may use, each once: as many ranks as
+    # CPUs fill every core's slot, and two ranks' sets are one core or disjoint.
+    r = subprocess.run(base + ["-n", str(len(cpus)), "--bind-to", "core", "--", "sh", "-c",
+                               script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    slots = [_rank_cpus(r.stdout, rank) for rank in range(len(cpus))]
+    assert set().union(*slots) == set(cpus), r.stdout
+    assert all(a == b or not a & b for a in slots for b in slots), r.stdout
 
 
 def test_usage_errors():
@@ -103,7 +106,8 @@ def test_usage_errors():
     assert r.returncode == 2 and "no program given" in r.stderr
     r = subprocess.run([sys.executable, "-m", "nexar.run", "-n", "2", "--bind-to", "socket",
                         "x.py"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "--bind-to: invalid choice: 'socket'" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--bind-to socket: expected none, core or hwthread" in r.stderr, \
+        r.stderr
     # The seed's own refusals, said plainly (no traceback): a formation
     # timeout past its bound (1e6 s; infinity once made an undefined cast).
     for timeout in ("2e6", "inf"):

@@ -1,4 +1,4 @@
-"""Type stubs of the native module (csrc/_nexar.cpp)."""
+"""Type stubs of the native module (csrc/module.cpp and the files it binds)."""
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 

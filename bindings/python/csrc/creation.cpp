@@ -1,0 +1,102 @@
+// Making communicators: bootstrap_local (one process) and init (from the
+// environment a launcher set).
+#include <nexar.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "communicator.h"
+#include "errors.h"
+
+namespace nexar_py {
+
+namespace {
+
+void apply_options(nexar_comm_options_t *o, const py::kwargs &kw) {
+  for (auto item : kw) {
+    const std::string k = py::str(item.first).cast<std::string>();
+    if (k == "topology") {
+      const std::string v =
+          py::isinstance<py::str>(item.second) ? item.second.cast<std::string>() : "";
+      if (v == "full")
+        o->topology = NEXAR_TOPOLOGY_FULL;
+      else if (v == "ring")
+        o->topology = NEXAR_TOPOLOGY_RING;
+      else
+        throw py::value_error("topology must be \"full\" or \"ring\", not " +
+                              py::repr(item.second).cast<std::string>());
+      continue;
+    }
+    auto ms = [&](uint64_t *field) {
+      const double secs = item.second.cast<double>();
+      if (!(secs > 0)) throw py::value_error(k + " must be a positive number of seconds");
+      *field = static_cast<uint64_t>(secs * 1000.0 + 0.5);
+    };
+    if (k == "collective_timeout")
+      ms(&o->collective_timeout_ms);
+    else if (k == "barrier_timeout")
+      ms(&o->barrier_timeout_ms);
+    else if (k == "p2p_timeout")
+      ms(&o->p2p_timeout_ms);
+    else if (k == "connect_timeout")
+      ms(&o->connect_timeout_ms);
+    else if (k == "heartbeat_interval")
+      ms(&o->heartbeat_interval_ms);
+    else if (k == "heartbeat_timeout")
+      ms(&o->heartbeat_timeout_ms);
+    else if (k == "rpc_timeout")
+      ms(&o->rpc_timeout_ms);
+    else
+      throw py::type_error("unknown option " + k +
+                           " (known: collective_timeout, barrier_timeout, p2p_timeout, "
+                           "connect_timeout, heartbeat_interval, heartbeat_timeout, "
+                           "rpc_timeout, topology)");
+  }
+}
+
+py::list bootstrap_local(int64_t world_size, const py::kwargs &kw) {
+  if (world_size < 1 || world_size > 1024)
+    throw py::value_error("bootstrap_local: world_size must be in 1..1024");
+  nexar_comm_options_t opts;
+  if (nexar_status_t st = nexar_comm_options_init(&opts, sizeof opts))
+    raise_nexar(st, -1, nexar_last_error_message(), "bootstrap_local", -1);
+  apply_options(&opts, kw);
+  std::vector<nexar_comm_t *> comms(static_cast<size_t>(world_size), nullptr);
+  nexar_status_t st;
+  std::string msg;
+  {
+    py::gil_scoped_release nogil;
+    st = nexar_bootstrap_local(comms.data(), static_cast<uint32_t>(world_size), &opts);
+    if (st != NEXAR_OK) msg = nexar_last_error_message();
+  }
+  if (st != NEXAR_OK) raise_nexar(st, -1, msg, "bootstrap_local", -1);
+  py::list out;
+  for (nexar_comm_t *h : comms)
+    out.append(wrap(h));
+  return out;
+}
+
+py::object init_from_env() {
+  nexar_comm_t *h = nullptr;
+  nexar_status_t st;
+  std::string msg;
+  {
+    py::gil_scoped_release nogil;
+    st = nexar_comm_init_from_env(&h);
+    if (st != NEXAR_OK) msg = nexar_last_error_message();
+  }
+  if (st != NEXAR_OK) raise_nexar(st, -1, msg, "init", -1);
+  return wrap(h);
+}
+
+}  // namespace
+
+void bind_creation(py::module_ &m) {
+  m.def("bootstrap_local", &bootstrap_local, py::arg("world_size"));
+  m.def("init", &init_from_env);
+}
+
+}  // namespace nexar_py

@@ -1,0 +1,174 @@
+// A cluster across separate hosts, each a network namespace on one bridge:
+// the seed on one, workers on the others; nothing connects to the machine's
+// own network.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "seed_and_workers.h"
+
+using namespace cluster_test;
+
+namespace {
+
+// Runs a command; returns its exit status and, in *out, what it printed.
+int run_cmd(const std::string &cmd, std::string *out = nullptr) {
+  std::string full = cmd + " 2>&1";
+  FILE *p = popen(full.c_str(), "r");
+  if (!p) return -1;
+  std::string text;
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf, p)) > 0)
+    text.append(buf, k);
+  int st = pclose(p);
+  if (out) *out = text;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// A small network of "hosts": one namespace per host, each with an eth0
+// veth whose peer sits on a bridge in a hub namespace. Nothing connects to
+// the machine's own network. Names are unique per test run; everything is
+// deleted at scope exit (deleting a namespace deletes its veths).
+class Hosts {
+ public:
+  explicit Hosts(int n) {
+    static int counter = 0;
+    prefix_ = "nx" + std::to_string(getpid()) + "x" + std::to_string(counter++);
+    std::string out;
+    if (run_cmd("ip -V", &out) != 0) {
+      error_ = "iproute2 ('ip') is not available: " + out;
+      return;
+    }
+    if (!add(prefix_ + "-hub")) return;
+    if (!sh("ip -n " + ns("hub") + " link add br0 type bridge") ||
+        !sh("ip -n " + ns("hub") + " link set br0 up"))
+      return;
+    for (int i = 0; i < n; ++i) {
+      const std::string h = ns("h" + std::to_string(i));
+      const std::string peer = "p" + std::to_string(i);
+      if (!add(h)) return;
+      if (!sh("ip -n " + h + " link add eth0 type veth peer name " + peer + " netns " +
+              ns("hub")) ||
+          !sh("ip -n " + h + " addr add " + ip(i) + "/24 dev eth0") ||
+          !sh("ip -n " + h + " link set eth0 up") || !sh("ip -n " + h + " link set lo up") ||
+          !sh("ip -n " + ns("hub") + " link set " + peer + " master br0") ||
+          !sh("ip -n " + ns("hub") + " link set " + peer + " up"))
+        return;
+    }
+    ok_ = true;
+  }
+  ~Hosts() {
+    for (auto it = created_.rbegin(); it != created_.rend(); ++it)
+      run_cmd("ip netns del " + *it);
+  }
+  bool ok() const { return ok_; }
+  const std::string &error() const { return error_; }
+  std::string ns(const std::string &name) const { return prefix_ + "-" + name; }
+  static std::string ip(int i) { return "10.77.0." + std::to_string(i + 1); }
+  // Prefix that runs a command on host i.
+  std::vector<std::string> on(int i) const {
+    return {"/usr/sbin/ip", "netns", "exec", ns("h" + std::to_string(i))};
+  }
+
+ private:
+  bool add(const std::string &name) {
+    std::string out;
+    if (run_cmd("ip netns add " + name, &out) != 0) {
+      error_ = "cannot create network namespace " + name + ": " + out;
+      return false;
+    }
+    created_.push_back(name);
+    return true;
+  }
+  bool sh(const std::string &cmd) {
+    std::string out;
+    if (run_cmd(cmd, &out) != 0) {
+      error_ = "'" + cmd + "' failed: " + out;
+      return false;
+    }
+    return true;
+  }
+  std::string prefix_;
+  std::vector<std::string> created_;
+  bool ok_ = false;
+  std::string error_;
+};
+
+}  // namespace
+
+// The seed on one host, three workers on three others: they choose their own
+// addresses (the route to the seed, or NEXAR_SOCKET_IFNAME), form the mesh
+// across the bridge and run point-to-point, barrier and allreduce. A worker
+// that would advertise loopback to a seed on another host refuses to; a seed
+// without a token refuses workers from other hosts unless told to run open.
+// If this machine forbids namespaces the test fails and says why.
+TEST(ClusterHosts, SeedAndWorkersInSeparateNetworkNamespaces) {
+  if (access("/usr/sbin/ip", X_OK) != 0 && access("/sbin/ip", X_OK) != 0)
+    FAIL() << "iproute2 is not installed (scripts/install-deps.sh installs it); this test needs "
+              "'ip netns' to make separate hosts";
+  Hosts net(4);
+  ASSERT_TRUE(net.ok()) << "separate hosts need network namespaces, and this machine refused: "
+                        << net.error();
+  TempDir dir;
+  const std::string seed_addr = Hosts::ip(0) + ":29500";
+  {
+    SCOPED_TRACE("token-authenticated world across hosts");
+    std::string addr;
+    auto seed = start_seed(
+        dir, "seed", {"--listen", seed_addr, "--world-size", "3", "--token-file", write_token(dir)},
+        &addr, {}, net.on(0));
+    ASSERT_EQ(addr, seed_addr) << seed->dump();
+    std::vector<std::unique_ptr<Proc>> workers;
+    for (int i = 1; i <= 3; ++i) {
+      Proc::Env env{
+          {"NEXAR_SEED", seed_addr}, {"NEXAR_CLUSTER_TOKEN", kToken}, {"NEXAR_LOG_LEVEL", "info"}};
+      if (i == 2) env["NEXAR_SOCKET_IFNAME"] = "^lo";
+      if (i == 3) env["NEXAR_SOCKET_IFNAME"] = "=eth0";
+      workers.push_back(worker(dir, "w" + std::to_string(i), env, {}, net.on(i)));
+    }
+    expect_world(*seed, workers, 3);
+    for (int i = 1; i <= 3; ++i) {
+      EXPECT_TRUE(contains(workers[i - 1]->err(), "advertising " + Hosts::ip(i) + ":"))
+          << workers[i - 1]->dump();
+      EXPECT_TRUE(contains(seed->out(), "listening on " + Hosts::ip(i) + ":")) << seed->dump();
+    }
+    EXPECT_TRUE(contains(workers[1]->err(), "NEXAR_SOCKET_IFNAME=^lo matched interface eth0"))
+        << workers[1]->dump();
+  }
+  {
+    SCOPED_TRACE("loopback is never advertised to a seed on another host");
+    auto w = worker(dir, "loop",
+                    {{"NEXAR_SEED", seed_addr},
+                     {"NEXAR_CLUSTER_TOKEN", kToken},
+                     {"NEXAR_LISTEN_ADDR", "127.0.0.1:0"}},
+                    {}, net.on(1));
+    ASSERT_TRUE(w->wait(20)) << w->dump();
+    EXPECT_EQ(w->code(), 3) << w->dump();
+    EXPECT_TRUE(contains(w->out(), "would advertise the loopback address")) << w->dump();
+  }
+  {
+    SCOPED_TRACE("no token: remote workers refused unless the seed runs open");
+    std::string addr;
+    auto seed = start_seed(dir, "seed-closed", {"--listen", seed_addr, "--world-size", "1"}, &addr,
+                           {}, net.on(0));
+    auto w = worker(dir, "no-token", {{"NEXAR_SEED", seed_addr}}, {}, net.on(1));
+    ASSERT_TRUE(w->wait(20)) << w->dump();
+    EXPECT_EQ(w->code(), 3) << w->dump();
+    EXPECT_TRUE(contains(w->out(), "JOIN_FAILED status=-10")) << w->dump();
+    EXPECT_TRUE(contains(w->out(), "admits only workers on its own host")) << w->dump();
+    seed->kill_now();
+    auto open_seed =
+        start_seed(dir, "seed-open", {"--listen", seed_addr, "--world-size", "2", "--open"}, &addr,
+                   {}, net.on(0));
+    EXPECT_TRUE(contains(open_seed->err(), "runs open")) << open_seed->dump();
+    std::vector<std::unique_ptr<Proc>> workers;
+    workers.push_back(worker(dir, "open1", {{"NEXAR_SEED", seed_addr}}, {}, net.on(1)));
+    workers.push_back(worker(dir, "open2", {{"NEXAR_SEED", seed_addr}}, {}, net.on(2)));
+    expect_world(*open_seed, workers, 2);
+  }
+}
