@@ -3,7 +3,8 @@
 # (ctest) and the Python, Go and Rust bindings' tests (scripts/test-python.sh,
 # test-go.sh, test-rust.sh) and the Debian packages (test-deb.sh), then builds
 # again with AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests
-# once more under them, then with ThreadSanitizer.
+# once more under them, then with ThreadSanitizer. A Release build checks the
+# build type packagers pick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache: the packages' build reuses the release build's objects (build.sh).
@@ -20,6 +21,9 @@ git ls-files '*.c' '*.cpp' '*.h' | xargs clang-format --dry-run --Werror
 echo "== release build and tests"
 scripts/build.sh build
 (cd build && ctest --output-on-failure -j1 --timeout 900)
+
+echo "== Release build (the build type packagers pick), warnings as errors"
+BUILD_TYPE=Release scripts/build.sh build-release -DNEXAR_BUILD_TESTS=OFF
 
 echo "== python binding (pip install ./bindings/python, pytest)"
 scripts/test-python.sh
