@@ -50,6 +50,13 @@ void PeerRouter::on_control(QuicConnection *c, std::span<const uint8_t> message)
     return;
   }
   const uint32_t from = c->expected_peer_rank();
+  // The handshake closed connections whose certificate names a rank outside
+  // the world; a peer index from the network is still checked where it is used.
+  if (from >= client_.identity().world_size) {
+    c->close(1, error(NEXAR_ERR_PROTOCOL,
+                      format("control message from rank %u, outside the world", from)));
+    return;
+  }
   std::visit(
       [&](const auto &m) {
         using T = std::decay_t<decltype(m)>;
@@ -90,7 +97,7 @@ void PeerRouter::on_hello(QuicConnection *c, const wire::Hello &h) {
   if (h.protocol_version != kProtocolVersion)
     s = error(NEXAR_ERR_PROTOCOL, format("rank %u speaks protocol %u, this node %u", h.rank,
                                          h.protocol_version, kProtocolVersion));
-  else if (h.rank != cert_rank)
+  else if (h.rank != cert_rank || h.rank >= me.world_size)
     s = error(NEXAR_ERR_AUTH,
               format("peer claims rank %u but its certificate names rank %u", h.rank, cert_rank));
   else if (h.cluster_id != me.cluster_id || h.world_size != me.world_size)
