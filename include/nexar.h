@@ -234,6 +234,11 @@ NEXAR_API nexar_status_t nexar_last_error(nexar_completion_t *info);
 #define NEXAR_TOPOLOGY_FULL 0 /* every pair connected (default) */
 #define NEXAR_TOPOLOGY_RING 1 /* rank r connects to r-1 and r+1 (mod N) only */
 
+/* nexar_comm_options_t.shm */
+#define NEXAR_SHM_AUTO 0    /* shared memory between same-host ranks when it can be set up */
+#define NEXAR_SHM_OFF 1     /* every byte over QUIC */
+#define NEXAR_SHM_REQUIRE 2 /* creation fails if a same-host pair cannot use shared memory */
+
 #define NEXAR_LOG_ERROR 0
 #define NEXAR_LOG_WARN 1
 #define NEXAR_LOG_INFO 2
@@ -275,6 +280,11 @@ typedef struct nexar_comm_options {
   uint64_t rpc_timeout_ms;       /* NEXAR_RPC_TIMEOUT_SECS; default 30 s, per nexar_rpc_call */
   uint32_t topology;             /* NEXAR_TOPOLOGY=full|ring; NEXAR_TOPOLOGY_*, default FULL.
                                     Every rank must use the same value. */
+  /* Same-host path: ranks on one host (same boot id, network namespace and
+   * uid) exchange point-to-point, collective and RPC payloads through shared
+   * memory instead of QUIC. */
+  uint32_t shm;           /* NEXAR_SHM=auto|off|require; NEXAR_SHM_*, default AUTO */
+  uint64_t shm_max_bytes; /* NEXAR_SHM_MAX_BYTES: shared segment per process; default 64 MiB */
 } nexar_comm_options_t;
 
 /**
@@ -529,15 +539,15 @@ NEXAR_API nexar_status_t nexar_set_log_callback(nexar_log_fn fn, void *user_data
 /** Counters of a communicator's engine (shared by communicators split from it). */
 typedef struct nexar_stats {
   size_t struct_size;
-  uint64_t bytes_sent;     /* payload bytes handed to the transport */
-  uint64_t bytes_received; /* payload bytes that arrived */
-  uint64_t messages_sent;
-  uint64_t messages_received;
-  uint64_t streams_opened;   /* QUIC streams opened by this engine, all peers */
-  uint64_t streams_accepted; /* QUIC streams opened by peers */
-  uint64_t pending_tags;     /* (peer, tag) match state alive right now */
-  uint64_t unexpected_bytes; /* arrived before their receive, buffered now */
-  uint64_t connections;      /* live QUIC connections */
+  uint64_t bytes_sent;        /* payload bytes handed to QUIC (shared memory: shm_bytes_sent) */
+  uint64_t bytes_received;    /* payload bytes that arrived over QUIC */
+  uint64_t messages_sent;     /* messages sent, over QUIC and shared memory */
+  uint64_t messages_received; /* messages received, over QUIC and shared memory */
+  uint64_t streams_opened;    /* QUIC streams opened by this engine, all peers */
+  uint64_t streams_accepted;  /* QUIC streams opened by peers */
+  uint64_t pending_tags;      /* (peer, tag) match state alive right now */
+  uint64_t unexpected_bytes;  /* arrived before their receive, buffered now */
+  uint64_t connections;       /* live QUIC connections */
 
   /* RPC (nexar_rpc_call) */
   uint64_t rpc_requests_served;   /* RPC requests answered by this engine (any outcome) */
@@ -562,6 +572,11 @@ typedef struct nexar_stats {
                                      buffer instead of being copied into the packet first
                                      (messages of 16 KiB or more on the ipsec-mb path) */
   /* ---- End of diagnostics. ---- */
+
+  /* Same-host path */
+  uint64_t shm_pairs;          /* peers reached through shared memory */
+  uint64_t shm_bytes_sent;     /* payload bytes written into shared memory (not in bytes_sent) */
+  uint64_t shm_bytes_received; /* payload bytes read from peers' shared memory */
 } nexar_stats_t;
 
 /**

@@ -45,13 +45,13 @@ if [ "${NEXAR_SKIP_SANITIZERS:-0}" != "1" ]; then
      LSAN_OPTIONS="suppressions=$PWD/../tests/lsan.supp" \
      ctest --output-on-failure -j1 --timeout 1800)
 
-  # ThreadSanitizer for the engine: every test but the exhaustive sweeps and
-  # the tool checks (TSan runs 5-15x slower; the sweeps add coverage of
-  # arithmetic, not of threads, and already ran above).
+  # ThreadSanitizer for the engine: every test but the exhaustive sweeps, the
+  # tool checks and the suites' QUIC-only reruns (TSan runs 5-15x slower; the
+  # sweeps add coverage of arithmetic, not of threads, and already ran above).
   echo "== TSan build and tests"
   BUILD_TYPE=Debug scripts/build.sh build-tsan -DNEXAR_SANITIZE=thread -DCMAKE_CXX_FLAGS="-O1"
   heavy='EveryDtypeAndOpOnEveryAlgorithm|AllPairsAllSizes|ForcedAlgorithms|SegmentsOfEveryBlock'
-  heavy+='|SurvivesRandomInput|CountsOnEveryWorldSize|/N13|^bench\.'
+  heavy+='|SurvivesRandomInput|CountsOnEveryWorldSize|/N13|^bench\.|^quic\.'
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1" \
      ctest --output-on-failure -j1 --timeout 900 -E "$heavy")
 fi

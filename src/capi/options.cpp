@@ -37,6 +37,8 @@ Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size) {
   full.rank = -1;
   full.rpc_timeout_ms = d.rpc_timeout_ms;
   full.topology = d.topology;
+  full.shm = d.shm;
+  full.shm_max_bytes = d.shm_max_bytes;
 
   Status s;
   if (!(s = env_seconds_ms("NEXAR_COLLECTIVE_TIMEOUT_SECS", &full.collective_timeout_ms))) return s;
@@ -50,6 +52,18 @@ Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size) {
   if (!(s = env_bytes("NEXAR_PIPELINE_SEGMENT_BYTES", &full.pipeline_segment_bytes))) return s;
   if (!(s = env_u32("NEXAR_RING_MAX_WORLD", &full.ring_max_world))) return s;
   if (!(s = env_u32("NEXAR_SPIN_US", &full.spin_us))) return s;
+  if (!(s = env_bytes("NEXAR_SHM_MAX_BYTES", &full.shm_max_bytes))) return s;
+  if (const char *v = env("NEXAR_SHM")) {
+    if (strcasecmp(v, "auto") == 0)
+      full.shm = NEXAR_SHM_AUTO;
+    else if (strcasecmp(v, "off") == 0 || strcmp(v, "0") == 0)
+      full.shm = NEXAR_SHM_OFF;
+    else if (strcasecmp(v, "require") == 0)
+      full.shm = NEXAR_SHM_REQUIRE;
+    else
+      return error(NEXAR_ERR_INVALID_ARGUMENT,
+                   format("NEXAR_SHM=%s: expected auto, off or require", v));
+  }
   if (const char *v = env("NEXAR_COMPLETION_MODE")) {
     if (strcasecmp(v, "thread") == 0)
       full.completion_mode = NEXAR_COMPLETION_THREAD;
@@ -122,6 +136,8 @@ Status config_from_options(const nexar_comm_options_t *opts, Config *out) {
   if (HAS_FIELD(n, world_size)) c.world_size = opts->world_size;
   if (HAS_FIELD(n, rpc_timeout_ms)) c.rpc_timeout_ms = opts->rpc_timeout_ms;
   if (HAS_FIELD(n, topology)) c.topology = opts->topology;
+  if (HAS_FIELD(n, shm)) c.shm = opts->shm;
+  if (HAS_FIELD(n, shm_max_bytes)) c.shm_max_bytes = opts->shm_max_bytes;
 
   if (c.completion_mode > NEXAR_COMPLETION_POLLED)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
@@ -139,6 +155,9 @@ Status config_from_options(const nexar_comm_options_t *opts, Config *out) {
   if (c.topology > NEXAR_TOPOLOGY_RING)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  format("topology %u is not valid (NEXAR_TOPOLOGY_FULL or _RING)", c.topology));
+  if (c.shm > NEXAR_SHM_REQUIRE)
+    return error(NEXAR_ERR_INVALID_ARGUMENT,
+                 format("shm %u is not valid (NEXAR_SHM_AUTO, _OFF or _REQUIRE)", c.shm));
   if (c.pipeline_segment_bytes < 4096)
     return error(NEXAR_ERR_INVALID_ARGUMENT, "pipeline_segment_bytes must be at least 4096");
   // An invalid choice fails only the collective it names, at each call.

@@ -30,6 +30,7 @@ Client::Client(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
   endpoint_ = std::make_unique<QuicEndpoint>(&loop_, &router_, id_.cluster_id, creds_,
                                              cfg_.heartbeat_timeout_ms, cfg_.connect_timeout_ms,
                                              cfg_.heartbeat_interval_ms);
+  shm_ = std::make_unique<ShmHost>(*this);
   mailbox_->on_late_mismatch = [this](uint64_t comm_id, uint64_t seq, uint32_t peer) {
     comms_.on_late_mismatch(comm_id, seq, peer);
   };
@@ -38,6 +39,7 @@ Client::Client(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
 Client::~Client() {
   shutdown();
   // The loop thread has stopped: tear down on this thread in dependency order.
+  shm_.reset();
   endpoint_.reset();
   relay_.reset();
   rpc_.reset();
@@ -54,6 +56,7 @@ Status Client::start_on(int bound_fd) {
 
 Status Client::start_threads(const Status &socket) {
   if (!socket) return socket;
+  shm_->start();
   address_ = endpoint_->local();
   completions_ = std::make_unique<CompletionThread>();
   loop_.start();
@@ -76,7 +79,7 @@ void Client::close_connections() {
     bool connected = false, pending = false;
     loop_.run_sync([&] {
       connected = !shut_down_ && endpoint_->connections() > 0;
-      pending = connected && endpoint_->has_unacked();
+      pending = connected && (endpoint_->has_unacked() || shm_->has_queued());
     });
     const uint64_t now = now_ns();
     if (!connected || (!pending && now >= linger) || now >= deadline) break;
@@ -85,6 +88,7 @@ void Client::close_connections() {
   loop_.run_sync([this] {
     if (shut_down_) return;
     shut_down_ = true;
+    shm_->leave_all(error(NEXAR_ERR_CLOSED, format("rank %u shut down", id_.rank)));
     endpoint_->shutdown(error(NEXAR_ERR_CLOSED, format("rank %u shut down", id_.rank)));
   });
 }
@@ -117,6 +121,7 @@ void Client::stats(nexar_stats_t *out) {
     out->packets_fast_aead = t.packets_fast_aead;
     out->bytes_opened_in_place = t.bytes_opened_in_place;
     out->bytes_sealed_in_place = t.bytes_sealed_in_place;
+    shm_->add_stats(out);
   });
 }
 
@@ -177,6 +182,8 @@ void Client::peer_ready(uint32_t world_rank, QuicConnection *c) {
 void Client::connection_closed(QuicConnection *c, const Status &why) {
   mailbox_->forget_connection(c);
   if (rpc_) rpc_->forget_connection(c);
+  if (c->expected_peer_rank() < peers_.size() && peers_[c->expected_peer_rank()].connection() == c)
+    shm_->on_connection_lost(c->expected_peer_rank());
 
   for (PeerConnection &p : peers_) {
     if (p.connection() != c) continue;
@@ -203,6 +210,21 @@ void Client::connection_closed(QuicConnection *c, const Status &why) {
     }
   }
   endpoint_->retire(c);
+}
+
+void Client::fail_formation(uint32_t world_rank, const Status &s) {
+  if (formation_failure_.ok()) formation_failure_ = s;
+  (void)world_rank;
+  notify_formation();
+}
+
+void Client::shm_peer_lost(uint32_t world_rank, const Status &why, bool left) {
+  if (shut_down_ || liveness_.failure(world_rank)) return;
+  if (left)
+    LOG_INFO("rank %u left: %s", world_rank, why.message.c_str());
+  else
+    LOG_WARN("lost rank %u: %s", world_rank, why.message.c_str());
+  fail_peer(world_rank, why);
 }
 
 }  // namespace nexar

@@ -18,6 +18,7 @@
 #include "client/peer_router.h"
 #include "client/relay.h"
 #include "client/rpc_lanes.h"
+#include "client/shm_host.h"
 #include "client/topology.h"
 #include "core/buffer_pool.h"
 #include "core/config.h"
@@ -73,6 +74,8 @@ class Client {
   CommRegistry &comms() { return comms_; }
   const PeerLiveness &liveness() const { return liveness_; }
   const Topology &topology() const { return topo_; }
+  ShmHost &shm() { return *shm_; }
+  const ShmHost &shm() const { return *shm_; }
 
   // Fills the counters (from any thread).
   void stats(nexar_stats_t *out);
@@ -103,6 +106,10 @@ class Client {
   void peer_ready(uint32_t world_rank, QuicConnection *c);
   // A connection closed (the router's on_closed).
   void connection_closed(QuicConnection *c, const Status &why);
+  // Formation cannot finish because of world_rank (s says why).
+  void fail_formation(uint32_t world_rank, const Status &s);
+  // The same-host channel to world_rank ended: it left, or died.
+  void shm_peer_lost(uint32_t world_rank, const Status &why, bool left);
 
  private:
   // The rest of start/start_on once the socket is ready (socket: how that went).
@@ -125,6 +132,7 @@ class Client {
   CommRegistry comms_;
   std::vector<PeerConnection> peers_;
   std::unique_ptr<QuicEndpoint> endpoint_;
+  std::unique_ptr<ShmHost> shm_;
   std::unique_ptr<CompletionThread> completions_;
   SocketAddress address_;
   size_t ready_neighbours_ = 0;

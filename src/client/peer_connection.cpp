@@ -34,7 +34,15 @@ QuicConnection *PeerConnection::route(Status *why) const {
   return direct_ ? direct_connection() : client_.relay().route(rank_, why);
 }
 
+ShmChannel *PeerConnection::shm() const {
+  return failure() ? nullptr : client_.shm().channel(rank_);
+}
+
 bool PeerConnection::send_owned(OutgoingMessage msg, uint64_t key) {
+  if (ShmChannel *ch = shm()) {
+    if (!ch->send_now(msg.header, msg.payload)) ch->send(std::move(msg));
+    return true;
+  }
   QuicConnection *c = route(nullptr);
   if (!c) return false;
   if (direct_)

@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "transport/codec.h"
 #include "transport/quic_connection.h"
+#include "transport/shm_channel.h"
 
 namespace nexar {
 
@@ -44,6 +45,9 @@ class PeerConnection {
   // direct connection, or the connection to the next hop of its relay route.
   // nullptr if there is none (*why says why when the relay knows).
   QuicConnection *route(Status *why) const;
+  // The same-host channel to the peer while it is open and the peer alive
+  // (then every payload goes there instead of route()), else null.
+  ShmChannel *shm() const;
   // Sends a message that owns its payload (msg.owned); false if there is no
   // way there now.
   bool send_owned(OutgoingMessage msg, uint64_t key);

@@ -63,7 +63,10 @@ void PeerRouter::on_control(QuicConnection *c, std::span<const uint8_t> message)
         if constexpr (std::is_same_v<T, wire::Hello>) {
           on_hello(c, m);
         } else if constexpr (std::is_same_v<T, wire::HelloAck>) {
-          if (client_.peer(from).connection() == c && m.rank == from) client_.peer_ready(from, c);
+          if (client_.peer(from).connection() == c && m.rank == from)
+            client_.shm().on_hello_done(from, c);
+        } else if constexpr (std::is_same_v<T, wire::ShmOffer>) {
+          if (client_.peer(from).connection() == c) client_.shm().on_offer(from, m);
         } else if constexpr (std::is_same_v<T, wire::Abort> ||
                              std::is_same_v<T, wire::CollectiveMismatch>) {
           client_.comms().on_notice(from, m);
@@ -85,9 +88,11 @@ void PeerRouter::on_handshake_done(QuicConnection *c, const NodeIdentity &peer) 
   }
   // The client speaks first; the server answers once the hello matches the
   // rank its certificate names.
-  if (client_.peer(peer.rank).connection() == c)
+  if (client_.peer(peer.rank).connection() == c) {
     c->send_control(
         wire::Hello{kProtocolVersion, me.cluster_id, me.rank, me.world_size, host_name()});
+    c->send_control(client_.shm().offer_for(peer.rank));
+  }
 }
 
 void PeerRouter::on_hello(QuicConnection *c, const wire::Hello &h) {
@@ -120,7 +125,8 @@ void PeerRouter::on_hello(QuicConnection *c, const wire::Hello &h) {
   }
   client_.peer(h.rank).attach(c);
   c->send_control(wire::HelloAck{me.rank});
-  client_.peer_ready(h.rank, c);
+  c->send_control(client_.shm().offer_for(h.rank));
+  client_.shm().on_hello_done(h.rank, c);
 }
 
 void PeerRouter::on_closed(QuicConnection *c, const Status &why) {

@@ -47,6 +47,7 @@ bool SendWait::await_ready() {
     return true;
   }
   const PeerConnection &peer = client_.peer(world_peer_);
+  if (ShmChannel *ch = peer.shm()) return shm_start(ch);
   relayed_ = !peer.direct();
   if (relayed_) {
     if (const Status *dead = peer.failure()) {
@@ -84,6 +85,21 @@ bool SendWait::await_ready() {
   msg.listener = this;
   item_ = conn_->send(std::move(msg), false, stream_key(header_));
   return finished();  // a closed connection reports at once
+}
+
+bool SendWait::shm_start(ShmChannel *ch) {
+  // In the ring is at the peer: the send is done once written.
+  if (ch->send_now(header_, payload_)) {
+    finish(Status());
+    return true;
+  }
+  shm_ = ch;
+  OutgoingMessage msg;
+  msg.header = header_;
+  msg.payload = payload_;
+  msg.listener = this;
+  shm_item_ = ch->send(std::move(msg));
+  return finished();
 }
 
 bool SendWait::relay_start() {
@@ -129,6 +145,7 @@ void SendWait::on_send_done(const Status &s) {
     return;
   }
   item_ = nullptr;
+  shm_item_ = nullptr;
   if (s.ok()) {
     finish(Status());
   } else {
@@ -139,6 +156,11 @@ void SendWait::on_send_done(const Status &s) {
 }
 
 void SendWait::detach() {
+  if (shm_) {
+    // The payload is never read again once cancelled: nothing to pin.
+    if (shm_item_) shm_->cancel(std::exchange(shm_item_, nullptr));
+    return;
+  }
   if (relayed_) {
     if (send_id_) client_.relay().unwatch(std::exchange(send_id_, 0));
     // Chunks not acknowledged yet: the transport must let go of the buffer.

@@ -62,6 +62,9 @@ class SendWait : public Wait, public SendListener, public RelayWaiter {
   SendCompletion completion_;
   QuicConnection *conn_ = nullptr;
   QuicConnection::SendItem *item_ = nullptr;
+  // A send through the same-host channel, and its queued message.
+  ShmChannel *shm_ = nullptr;
+  ShmSendItem *shm_item_ = nullptr;
 
   // Relayed sends (zero-copy): chunks in flight to the next hop, in order.
   bool relayed_ = false;
@@ -71,6 +74,8 @@ class SendWait : public Wait, public SendListener, public RelayWaiter {
   uint64_t send_id_ = 0;  // waiting for the destination's Ack while != 0
   // The rest of await_ready for a relayed send (conn_ is the first hop).
   bool relay_start();
+  // The rest of await_ready for a send through shared memory.
+  bool shm_start(ShmChannel *ch);
   // Whether this send is copied now and completes at once (Copied, small
   // enough, and the connection's queue under kEagerQueueLimit).
   bool copies(const QuicConnection &c) const;

@@ -39,6 +39,8 @@ struct Config {
   uint32_t world_size = 0;
   uint64_t rpc_timeout_ms = 30000;
   uint32_t topology = NEXAR_TOPOLOGY_FULL;
+  uint32_t shm = NEXAR_SHM_AUTO;
+  uint64_t shm_max_bytes = 64ull << 20;
   // The algorithms forced for allreduce and broadcast: not option fields,
   // read from NEXAR_ALLREDUCE_ALGO / NEXAR_BROADCAST_ALGO with the options
   // (capi/options.h).

@@ -193,6 +193,28 @@ struct CollectiveMismatch {
   bool operator==(const CollectiveMismatch &) const = default;
 };
 
+// Both directions, after Hello (dialler) and HelloAck (listener): whether
+// this rank takes a same-host channel (client/shm_host.h), and where to reach
+// it. Ranks whose host keys (boot id, network namespace, uid) match and that
+// both enable it set one up through the socket named here.
+struct ShmOffer {
+  static constexpr uint8_t kType = 0x07;
+  static constexpr std::string_view kName = "ShmOffer";
+  uint8_t enabled = 0;
+  std::string host_key;
+  uint32_t pid = 0;
+  std::string socket_name;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("enabled", m.enabled);
+    f("host_key", m.host_key);
+    f("pid", m.pid);
+    f("socket_name", m.socket_name);
+  }
+  bool operator==(const ShmOffer &) const = default;
+};
+
 // ---- Join protocol: between a worker and the seed, on a join connection ----
 // (ALPN nexar-join/1; see cluster/join_protocol.h for the exchange.)
 
@@ -317,7 +339,7 @@ struct JoinError {
 
 using ControlMessage =
     std::variant<Hello, HelloAck, Heartbeat, Abort, Goodbye, CollectiveMismatch, JoinChallenge,
-                 JoinRequest, JoinAdmitted, Welcome, MeshReady, JoinError>;
+                 JoinRequest, JoinAdmitted, Welcome, MeshReady, JoinError, ShmOffer>;
 
 // Exactly one of message / error is set.
 struct DecodeResult {

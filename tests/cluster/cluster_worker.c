@@ -13,10 +13,16 @@
  *   FAILED <what> status=<code> <message>        (exit 4)
  *
  *   cluster_worker [--env] [--skip-rank R] [--hold-file F] [--sleep-before-join S]
+ *                  [--allreduce-loop SECONDS]
  *
  * --skip-rank R: rank R is not a worker like this one (a probe): no traffic to
  * it and no collectives. --hold-file F: after the first exchange, wait (at
- * most 60 s) until F exists, then exchange again.
+ * most 60 s) until F exists, then exchange again. --allreduce-loop S: after
+ * joining, only allreduces of 256 KiB in a loop for at most S seconds
+ * ("LOOPING rank=R" after the first), reporting how the loop ended:
+ *
+ *   LOOP_DONE rank=R rounds=K
+ *   LOOP_FAILED rank=R status=<code> failed_rank=F <message>   (exit 5)
  */
 #include <nexar.h>
 #include <pthread.h>
@@ -55,6 +61,64 @@ static int wait_for(waiter *w, int n, int seconds) {
   int ok = w->done >= n;
   pthread_mutex_unlock(&w->mu);
   return ok;
+}
+
+static void on_done_rank(void *ud, const nexar_completion_t *c) {
+  waiter *w = (waiter *)ud;
+  pthread_mutex_lock(&w->mu);
+  if (c->status != NEXAR_OK && w->errors++ == 0)
+    snprintf(w->message, sizeof w->message, "status=%d failed_rank=%d %s", c->status,
+             c->failed_rank, c->message);
+  w->done++;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* Allreduces in a loop until one fails or `seconds` pass. */
+static int allreduce_loop(nexar_comm_t *comm, double seconds) {
+  enum { kCount = 64 * 1024 };
+  uint32_t me = nexar_comm_rank(comm), n = nexar_comm_size(comm);
+  float *in = malloc(sizeof(float) * kCount), *out = malloc(sizeof(float) * kCount);
+  struct timespec t0, t;
+  long rounds = 0;
+  size_t i;
+  int rc = 0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    waiter w;
+    memset(&w, 0, sizeof w);
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    for (i = 0; i < kCount; i++)
+      in[i] = (float)(me + 1);
+    nexar_status_t s =
+        nexar_allreduce(comm, in, out, kCount, NEXAR_DTYPE_F32, NEXAR_OP_SUM, on_done_rank, &w);
+    if (s != NEXAR_OK || !wait_for(&w, 1, 120)) {
+      printf("LOOP_FAILED rank=%u status=%d failed_rank=-1 %s\n", me, s,
+             nexar_last_error_message());
+      rc = 5;
+      break;
+    }
+    if (w.errors) {
+      printf("LOOP_FAILED rank=%u %s\n", me, w.message);
+      rc = 5;
+      break;
+    }
+    if (out[0] != (float)n * (n + 1) / 2 || out[kCount - 1] != out[0]) {
+      printf("LOOP_FAILED rank=%u status=0 failed_rank=-1 wrong sum %g\n", me, out[0]);
+      rc = 5;
+      break;
+    }
+    if (++rounds == 1) printf("LOOPING rank=%u\n", me);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 > seconds) {
+      printf("LOOP_DONE rank=%u rounds=%ld\n", me, rounds);
+      break;
+    }
+  }
+  free(in);
+  free(out);
+  return rc;
 }
 
 static unsigned char byte_of(uint32_t from, uint32_t to, int round, size_t i) {
@@ -120,7 +184,7 @@ static int exchange(nexar_comm_t *comm, int skip, int round, size_t bytes) {
 int main(int argc, char **argv) {
   int use_env = 0, skip = -1, i;
   const char *hold = NULL;
-  double sleep_before = 0;
+  double sleep_before = 0, loop_seconds = 0;
   for (i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--env"))
       use_env = 1;
@@ -130,6 +194,8 @@ int main(int argc, char **argv) {
       hold = argv[++i];
     else if (!strcmp(argv[i], "--sleep-before-join") && i + 1 < argc)
       sleep_before = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--allreduce-loop") && i + 1 < argc)
+      loop_seconds = atof(argv[++i]);
     else {
       fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -158,7 +224,16 @@ int main(int argc, char **argv) {
     memset(&st, 0, sizeof st);
     st.struct_size = sizeof st;
     if (nexar_comm_get_stats(comm, &st) == NEXAR_OK)
-      printf("CONNECTIONS rank=%u connections=%llu\n", me, (unsigned long long)st.connections);
+      printf("CONNECTIONS rank=%u connections=%llu shm_pairs=%llu\n", me,
+             (unsigned long long)st.connections, (unsigned long long)st.shm_pairs);
+  }
+  if (loop_seconds > 0) {
+    int rc = allreduce_loop(comm, loop_seconds);
+    /* A failed rank stays a moment, so that the others learn of the failure
+     * itself rather than of this rank leaving. */
+    if (rc) usleep(2000000);
+    nexar_comm_destroy(comm);
+    return rc;
   }
 
   if (exchange(comm, skip, 1, 1000) || exchange(comm, skip, 2, 300000)) {

@@ -1,0 +1,316 @@
+#include "transport/shm_channel.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/log.h"
+#include "transport/shm_socket.h"
+
+namespace nexar {
+namespace {
+constexpr uint8_t kDoorbell = 'D';
+constexpr uint8_t kGoodbye = 'G';
+}  // namespace
+
+ShmChannel::ShmChannel(ShmChannelHandler &handler, uint32_t peer_rank, UniqueFd sock,
+                       const OwnShmSegment &own, uint64_t own_slot, PeerShmSegment peer)
+    : handler_(handler),
+      peer_rank_(peer_rank),
+      sock_(std::move(sock)),
+      out_ring_(own.ring(own_slot)),
+      out_mask_(own.geometry().ring_bytes - 1),
+      out_tail_(own.tail(own_slot)),
+      out_tail_local_(shm_load(own.tail(own_slot))),
+      in_head_(own.head(own_slot)),
+      in_head_local_(shm_load(own.head(own_slot))),
+      own_header_(own.header()),
+      own_slot_(own_slot),
+      peer_(std::move(peer)),
+      in_mask_(peer_.ring_bytes() - 1) {}
+
+ShmChannel::~ShmChannel() {
+  for (ShmSendItem &item : queue_)
+    if (item.listener)
+      std::exchange(item.listener, nullptr)
+          ->on_send_done(error(NEXAR_ERR_CLOSED, "the same-host channel closed"));
+}
+
+uint64_t ShmChannel::ring_free() const {
+  // The peer's head may only trail this side's tail by at most the ring.
+  const uint64_t head = shm_load(peer_.head());
+  const uint64_t used = out_tail_local_ - head;
+  return used > out_mask_ + 1 ? 0 : out_mask_ + 1 - used;
+}
+
+void ShmChannel::write_ring(const uint8_t *src, uint64_t n) {
+  const uint64_t at = out_tail_local_ & out_mask_;
+  const uint64_t first = std::min(n, out_mask_ + 1 - at);
+  if (src) {
+    memcpy(out_ring_ + at, src, first);
+    memcpy(out_ring_, src + first, n - first);
+  } else {
+    memset(out_ring_ + at, 0, first);
+    memset(out_ring_, 0, n - first);
+  }
+  out_tail_local_ += n;
+}
+
+void ShmChannel::ring_peer() {
+  // Dekker with the peer's arming: our publish, then its sleep word.
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  const uint64_t seq = shm_load(&peer_.header()->sleep_seq);
+  if ((seq & 1) == 0 || seq == last_rung_seq_) return;
+  last_rung_seq_ = seq;
+  const ssize_t n = ::send(sock_.get(), &kDoorbell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)n;  // a full socket already holds a doorbell; a dead peer shows as a hang-up
+}
+
+bool ShmChannel::send_now(const wire::FrameHeader &h, const void *payload) {
+  if (closed_ || !queue_.empty() || ring_free() < wire::kFrameHeaderSize + h.length) return false;
+  uint8_t hdr[wire::kFrameHeaderSize];
+  wire::encode_frame_header(h, hdr);
+  write_ring(hdr, sizeof hdr);
+  if (h.length) write_ring(static_cast<const uint8_t *>(payload), h.length);
+  shm_store(out_tail_, out_tail_local_);
+  bytes_sent_ += h.length;
+  ++messages_sent_;
+  ring_peer();
+  return true;
+}
+
+ShmSendItem *ShmChannel::send(OutgoingMessage msg) {
+  if (closed_) {
+    if (msg.listener)
+      msg.listener->on_send_done(error(NEXAR_ERR_CLOSED, "the same-host channel is closed"));
+    return nullptr;
+  }
+  ShmSendItem &item = queue_.emplace_back();
+  wire::encode_frame_header(msg.header, item.header);
+  item.payload = msg.payload;
+  item.payload_len = msg.header.length;
+  item.owned = std::move(msg.owned);
+  item.listener = msg.listener;
+  queued_bytes_ += item.total();
+  ShmSendItem *handle = &item;
+  const bool last = queue_.size() == 1;
+  uint64_t budget = UINT64_MAX;
+  if (last && pump_out(&budget)) ring_peer();
+  // Finished at once (the listener was told): no handle to cancel.
+  for (const ShmSendItem &q : queue_)
+    if (&q == handle) return handle;
+  return nullptr;
+}
+
+void ShmChannel::finish_item(std::list<ShmSendItem>::iterator it, const Status &s) {
+  queued_bytes_ -= it->total() - it->written;
+  SendListener *l = std::exchange(it->listener, nullptr);
+  queue_.erase(it);
+  if (l) l->on_send_done(s);
+}
+
+void ShmChannel::cancel(ShmSendItem *item) {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (&*it != item) continue;
+    it->listener = nullptr;
+    it->owned = PooledBuf();
+    if (it->written == 0) {
+      finish_item(it, Status());
+    } else {
+      // The peer is reading this frame: it gets its length, zeros from here.
+      it->zero_rest = true;
+      it->payload = nullptr;
+    }
+    return;
+  }
+}
+
+bool ShmChannel::pump_out(uint64_t *budget) {
+  bool moved = false;
+  while (!queue_.empty() && *budget > 0) {
+    ShmSendItem &item = queue_.front();
+    const uint64_t room = std::min(ring_free(), *budget);
+    if (room == 0) break;
+    uint64_t n = 0;
+    if (item.written < wire::kFrameHeaderSize) {
+      // The header goes in whole, so the reader never waits on half of one.
+      if (room < wire::kFrameHeaderSize) break;
+      write_ring(item.header, wire::kFrameHeaderSize);
+      n = wire::kFrameHeaderSize;
+    } else {
+      const uint64_t off = item.written - wire::kFrameHeaderSize;
+      n = std::min(room, item.payload_len - off);
+      write_ring(item.zero_rest ? nullptr : item.payload + off, n);
+      bytes_sent_ += n;
+    }
+    item.written += n;
+    queued_bytes_ -= n;
+    *budget -= std::min(*budget, n);
+    moved = true;
+    if (item.written == item.total()) {
+      ++messages_sent_;
+      shm_store(out_tail_, out_tail_local_);
+      finish_item(queue_.begin(), Status());
+    }
+  }
+  if (moved) shm_store(out_tail_, out_tail_local_);
+  return moved;
+}
+
+bool ShmChannel::peer_available(uint64_t *n) {
+  const uint64_t tail = shm_load(peer_.tail());
+  const uint64_t avail = tail - in_head_local_;
+  if (avail > in_mask_ + 1) {
+    fail(error(NEXAR_ERR_PROTOCOL,
+               format("rank %u's same-host ring is corrupt (it claims %llu unread bytes in a "
+                      "ring of %llu)",
+                      peer_rank_, static_cast<unsigned long long>(avail),
+                      static_cast<unsigned long long>(in_mask_ + 1)),
+               static_cast<int32_t>(peer_rank_)),
+         false);
+    return false;
+  }
+  *n = avail;
+  return true;
+}
+
+void ShmChannel::read_ring(uint8_t *dst, uint64_t n) {
+  const uint64_t at = in_head_local_ & in_mask_;
+  const uint64_t first = std::min(n, in_mask_ + 1 - at);
+  memcpy(dst, peer_.ring() + at, first);
+  memcpy(dst + first, peer_.ring(), n - first);
+  in_head_local_ += n;
+}
+
+bool ShmChannel::pump_in(uint64_t *budget) {
+  bool moved = false;
+  uint64_t avail = 0;
+  while (!closed_ && *budget > 0 && peer_available(&avail) && avail > 0) {
+    if (!in_payload_) {
+      const uint64_t n = std::min<uint64_t>(avail, wire::kFrameHeaderSize - in_header_have_);
+      read_ring(in_header_ + in_header_have_, n);
+      in_header_have_ += n;
+      moved = true;
+      if (in_header_have_ < wire::kFrameHeaderSize) continue;
+      in_header_have_ = 0;
+      wire::FrameHeader h;
+      Status s = wire::decode_frame_header(in_header_, &h);
+      if (s.ok() && (h.kind == wire::FrameKind::Control || h.kind == wire::FrameKind::Relay))
+        s = error(NEXAR_ERR_PROTOCOL, "a control or relay frame, which travel on QUIC only");
+      if (!s) {
+        fail(error(NEXAR_ERR_PROTOCOL,
+                   format("rank %u sent a malformed frame on its same-host ring: %s", peer_rank_,
+                          s.message.c_str()),
+                   static_cast<int32_t>(peer_rank_)),
+             false);
+        return moved;
+      }
+      in_sink_ = handler_.on_shm_frame(this, h);
+      if (closed_) return moved;
+      in_left_ = h.length;
+      in_payload_ = true;
+      ++messages_received_;
+      if (in_left_ > 0) continue;  // avail counted the header: look again
+    }
+    if (in_left_ > 0) {
+      // Straight from the ring into the sink: one copy.
+      const uint64_t at = in_head_local_ & in_mask_;
+      const uint64_t n = std::min({avail, in_left_, in_mask_ + 1 - at, *budget});
+      if (n == 0) break;
+      if (in_sink_) in_sink_->write(peer_.ring() + at, static_cast<size_t>(n));
+      in_head_local_ += n;
+      in_left_ -= n;
+      bytes_received_ += n;
+      *budget -= std::min(*budget, n);
+      moved = true;
+    }
+    if (in_left_ == 0) {
+      in_payload_ = false;
+      if (MessageSink *sink = std::exchange(in_sink_, nullptr)) sink->finish(true);
+    }
+  }
+  if (moved && !closed_) shm_store(in_head_, in_head_local_);
+  return moved;
+}
+
+bool ShmChannel::progress(uint64_t budget) {
+  if (closed_) return false;
+  bool moved = pump_in(&budget);
+  if (closed_) return moved;
+  moved |= pump_out(&budget);
+  if (moved) ring_peer();
+  return moved;
+}
+
+bool ShmChannel::has_work() const {
+  if (closed_) return false;
+  const uint64_t tail = shm_load(peer_.tail());
+  if (tail != in_head_local_) return true;
+  if (queue_.empty()) return false;
+  // As pump_out: a header goes in whole.
+  const uint64_t need =
+      queue_.front().written < wire::kFrameHeaderSize ? wire::kFrameHeaderSize : 1;
+  return ring_free() >= need;
+}
+
+void ShmChannel::on_socket_ready() {
+  std::vector<uint8_t> packet;
+  for (int i = 0; i < 64 && !closed_; ++i) {
+    std::string why;
+    switch (shm_recv_packet(sock_.get(), 16, &packet, nullptr, &why)) {
+      case ShmRecv::WouldBlock:
+        return;
+      case ShmRecv::Packet:
+        if (packet.size() == 1 && packet[0] == kGoodbye) {
+          // What the peer wrote before leaving is still in its segment.
+          uint64_t budget = UINT64_MAX;
+          pump_in(&budget);
+          fail(error(NEXAR_ERR_PEER_FAILED, format("rank %u left", peer_rank_),
+                     static_cast<int32_t>(peer_rank_)),
+               true);
+          return;
+        }
+        break;  // a doorbell: the loop's pass looks at the rings
+      case ShmRecv::HungUp: {
+        uint64_t budget = UINT64_MAX;
+        pump_in(&budget);
+        fail(error(NEXAR_ERR_PEER_FAILED,
+                   format("rank %u died: its same-host channel hung up without a goodbye",
+                          peer_rank_),
+                   static_cast<int32_t>(peer_rank_)),
+             false);
+        return;
+      }
+      case ShmRecv::Error:
+        fail(error(NEXAR_ERR_PEER_FAILED,
+                   format("rank %u's same-host channel failed: %s", peer_rank_, why.c_str()),
+                   static_cast<int32_t>(peer_rank_)),
+             false);
+        return;
+    }
+  }
+}
+
+void ShmChannel::leave(const Status &s) {
+  if (closed_) return;
+  const ssize_t n = ::send(sock_.get(), &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)n;  // a peer that is gone does not need the goodbye
+  closed_ = true;
+  while (!queue_.empty())
+    finish_item(queue_.begin(), s);
+  if (MessageSink *sink = std::exchange(in_sink_, nullptr)) sink->finish(false);
+  sock_ = UniqueFd();
+}
+
+void ShmChannel::fail(const Status &s, bool left) {
+  if (closed_) return;
+  closed_ = true;
+  while (!queue_.empty())
+    finish_item(queue_.begin(), s);
+  if (MessageSink *sink = std::exchange(in_sink_, nullptr)) sink->finish(false);
+  handler_.on_shm_closed(this, s, left);
+}
+
+}  // namespace nexar

@@ -1,0 +1,148 @@
+// ShmChannel: the data path of one same-host pair once it is set up
+// (client/shm_pairing.h does that through the QUIC session). Frames travel
+// exactly as on a QUIC stream (frame.h: a 32-byte header, then the payload),
+// but through two byte rings, each in its writer's own segment: this rank
+// writes its ring to the peer in its own slot, and reads the peer's ring to
+// it out of the peer's segment, mapped read-only. Each side publishes how
+// far it wrote (tail) and how far it read (head) in its own segment.
+//
+// Wake-ups: a side whose loop is about to sleep makes its segment's sleep
+// word odd, then looks once more for work (client/shm_host.h); a writer that
+// published, or a reader that made room, rings the peer's doorbell (a byte on
+// the pair's socket) only when that word is odd and it has not rung for that
+// sleep yet. The socket's hang-up is the peer's death notice; a peer that
+// leaves in order sends a goodbye packet first. Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <vector>
+
+#include "core/buffer_pool.h"
+#include "core/status.h"
+#include "core/unique_fd.h"
+#include "transport/frame.h"
+#include "transport/receive_framer.h"
+#include "transport/send_lanes.h"
+#include "transport/shm_segment.h"
+
+namespace nexar {
+
+class ShmChannel;
+
+class ShmChannelHandler {
+ public:
+  virtual ~ShmChannelHandler() = default;
+  // Where the payload of a frame from the peer goes (null: it is dropped).
+  virtual MessageSink *on_shm_frame(ShmChannel *ch, const wire::FrameHeader &h) = 0;
+  // The channel is finished: the peer left (left == true), died, or broke
+  // the protocol. Nothing is read or written after this.
+  virtual void on_shm_closed(ShmChannel *ch, const Status &why, bool left) = 0;
+};
+
+// One queued message, as the ring will carry it.
+struct ShmSendItem {
+  uint8_t header[wire::kFrameHeaderSize];
+  const uint8_t *payload = nullptr;
+  uint64_t payload_len = 0;
+  PooledBuf owned;
+  SendListener *listener = nullptr;
+  uint64_t written = 0;    // bytes of header + payload in the ring
+  bool zero_rest = false;  // cancelled mid-way: zeros for the rest
+  uint64_t total() const { return wire::kFrameHeaderSize + payload_len; }
+};
+
+class ShmChannel {
+ public:
+  // own: this rank's segment (slot own_slot is the ring to the peer); peer:
+  // the peer's, mapped at the slot it gave this rank; sock: the pair's socket.
+  ShmChannel(ShmChannelHandler &handler, uint32_t peer_rank, UniqueFd sock,
+             const OwnShmSegment &own, uint64_t own_slot, PeerShmSegment peer);
+  ~ShmChannel();
+  ShmChannel(const ShmChannel &) = delete;
+  ShmChannel &operator=(const ShmChannel &) = delete;
+
+  uint32_t peer_rank() const { return peer_rank_; }
+  int socket() const { return sock_.get(); }
+  bool closed() const { return closed_; }
+  uint64_t own_slot() const { return own_slot_; }
+
+  // Queues a message and writes what fits now. The listener hears once all
+  // of it is in the ring (or the channel failed). Returns a handle for
+  // cancel(), or null when it finished at once.
+  ShmSendItem *send(OutgoingMessage msg);
+  // Writes a small message whole now if the ring has room and nothing is
+  // queued ahead of it; false otherwise (nothing written).
+  bool send_now(const wire::FrameHeader &h, const void *payload);
+  // Forgets a queued message: untouched, it is dropped; partly written, the
+  // rest goes as zeros. Either way its payload is not read again and its
+  // listener hears nothing more.
+  void cancel(ShmSendItem *item);
+  uint64_t queued_bytes() const { return queued_bytes_; }
+
+  // Moves what can move: reads the peer's ring into its sinks, writes the
+  // queue into this ring, rings the peer when it sleeps. Up to budget bytes;
+  // true if anything moved.
+  bool progress(uint64_t budget);
+  // Whether progress() would find something to do now.
+  bool has_work() const;
+  // The socket is readable: drains doorbells, notices a goodbye or hang-up.
+  void on_socket_ready();
+  // An orderly end: tells the peer it leaves, closes the socket. Queued
+  // messages fail with s.
+  void leave(const Status &s);
+  // Fails the channel with s (protocol error, death): queued sends and the
+  // message being read fail; the handler hears once.
+  void fail(const Status &s, bool left);
+
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t messages_sent() const { return messages_sent_; }
+  uint64_t messages_received() const { return messages_received_; }
+
+ private:
+  uint64_t ring_free() const;
+  void write_ring(const uint8_t *src, uint64_t n);  // n <= ring_free(); zeros if src null
+  bool pump_out(uint64_t *budget);
+  bool pump_in(uint64_t *budget);
+  void ring_peer();
+  // Bytes the peer has published and this side not read; false (and the
+  // channel failed) if the peer's counters are impossible.
+  bool peer_available(uint64_t *n);
+  void read_ring(uint8_t *dst, uint64_t n);
+  void finish_item(std::list<ShmSendItem>::iterator it, const Status &s);
+
+  ShmChannelHandler &handler_;
+  uint32_t peer_rank_;
+  UniqueFd sock_;
+  // This side's ring to the peer.
+  uint8_t *out_ring_;
+  uint64_t out_mask_;
+  uint64_t *out_tail_;       // published in own segment
+  uint64_t out_tail_local_;  // written, maybe not published yet
+  uint64_t *in_head_;        // how far this side read the peer's ring (own segment)
+  uint64_t in_head_local_;
+  const ShmSegmentHeader *own_header_;
+  uint64_t own_slot_;
+  // The peer's ring to this side.
+  PeerShmSegment peer_;
+  uint64_t in_mask_;
+  uint64_t last_rung_seq_ = 0;  // the peer's sleep for which the doorbell rang
+
+  std::list<ShmSendItem> queue_;
+  uint64_t queued_bytes_ = 0;
+
+  // The frame being read.
+  uint8_t in_header_[wire::kFrameHeaderSize];
+  size_t in_header_have_ = 0;
+  MessageSink *in_sink_ = nullptr;
+  uint64_t in_left_ = 0;  // payload bytes still to read of the current frame
+  bool in_payload_ = false;
+  std::vector<uint8_t> scratch_;  // payload of a dropped frame
+
+  bool closed_ = false;
+  uint64_t bytes_sent_ = 0, bytes_received_ = 0, messages_sent_ = 0, messages_received_ = 0;
+};
+
+}  // namespace nexar

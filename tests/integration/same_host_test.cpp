@@ -1,0 +1,212 @@
+// The same-host path: ranks on one host exchange payloads through shared
+// memory, set up through their QUIC session. In-process ranks of
+// nexar_bootstrap_local are on one host too; multi-process cases use real
+// workers through a real seed.
+#include <gtest/gtest.h>
+#include <nexar.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "seed_and_workers.h"
+
+using namespace nexar_test;
+
+namespace {
+
+nexar_comm_options_t options(uint32_t shm, uint64_t max_bytes = 0) {
+  nexar_comm_options_t o;
+  EXPECT_EQ(nexar_comm_options_init(&o, sizeof o), NEXAR_OK);
+  o.shm = shm;
+  if (max_bytes) o.shm_max_bytes = max_bytes;
+  return o;
+}
+
+// Allreduce of floats whose sums depend on the order of additions.
+std::vector<std::vector<float>> allreduce_results(const World &w, size_t count) {
+  std::vector<std::vector<float>> out(w.size(), std::vector<float>(count));
+  on_each_rank(w.size(), [&](uint32_t r) {
+    std::vector<float> in(count);
+    for (size_t i = 0; i < count; ++i)
+      in[i] = 1.0f / static_cast<float>(1 + (i * 7 + r * 13) % 1001) * (r % 2 ? 1e-3f : 1e3f);
+    EXPECT_EQ(nexar_allreduce(w[r], in.data(), out[r].data(), count, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
+                              nullptr, nullptr),
+              NEXAR_OK)
+        << nexar_last_error_message();
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST(SameHost, InProcessRanksTalkThroughSharedMemory) {
+  nexar_comm_options_t o = options(NEXAR_SHM_AUTO);
+  World w(4, &o);
+  ASSERT_TRUE(w.ok());
+  exchange_all_pairs(w, {0, 1, 4096, 3 << 20});  // larger than a ring: streamed
+  auto res = allreduce_results(w, 1 << 20);
+  for (uint32_t r = 0; r < w.size(); ++r) {
+    nexar_stats_t s = stats(w[r]);
+    EXPECT_EQ(s.shm_pairs, 3u) << "rank " << r;
+    EXPECT_GT(s.shm_bytes_sent, uint64_t{3} * (3 << 20)) << "rank " << r;
+    EXPECT_GT(s.shm_bytes_received, uint64_t{3} * (3 << 20)) << "rank " << r;
+    // Payloads no longer cross QUIC: only control traffic does.
+    EXPECT_LT(s.bytes_sent, uint64_t{1} << 20) << "rank " << r;
+  }
+}
+
+TEST(SameHost, OffKeepsEveryByteOnQuic) {
+  nexar_comm_options_t o = options(NEXAR_SHM_OFF);
+  World w(3, &o);
+  ASSERT_TRUE(w.ok());
+  exchange_all_pairs(w, {1, 65536});
+  for (uint32_t r = 0; r < w.size(); ++r) {
+    nexar_stats_t s = stats(w[r]);
+    EXPECT_EQ(s.shm_pairs, 0u);
+    EXPECT_EQ(s.shm_bytes_sent, 0u);
+    EXPECT_GT(s.bytes_sent, uint64_t{2} * 65536);
+  }
+}
+
+TEST(SameHost, ResultsAreBitIdenticalToQuic) {
+  std::vector<std::vector<float>> on, off;
+  {
+    nexar_comm_options_t o = options(NEXAR_SHM_AUTO);
+    World w(4, &o);
+    ASSERT_TRUE(w.ok());
+    on = allreduce_results(w, 300001);
+    ASSERT_EQ(stats(w[0]).shm_pairs, 3u);
+  }
+  {
+    nexar_comm_options_t o = options(NEXAR_SHM_OFF);
+    World w(4, &o);
+    ASSERT_TRUE(w.ok());
+    off = allreduce_results(w, 300001);
+  }
+  for (uint32_t r = 0; r < 4; ++r) {
+    ASSERT_EQ(memcmp(on[r].data(), off[r].data(), on[r].size() * sizeof(float)), 0) << "rank " << r;
+    ASSERT_EQ(memcmp(on[r].data(), on[0].data(), on[r].size() * sizeof(float)), 0) << "rank " << r;
+  }
+}
+
+TEST(SameHost, PairsBeyondTheBudgetStayOnQuic) {
+  // Room for one ring per rank: each rank reaches at most one peer through
+  // shared memory, the rest over QUIC, with the same results.
+  nexar_comm_options_t o = options(NEXAR_SHM_AUTO, (2u << 20) + 8192);
+  World w(4, &o);
+  ASSERT_TRUE(w.ok());
+  exchange_all_pairs(w, {1, 100000});
+  uint64_t pairs = 0;
+  for (uint32_t r = 0; r < w.size(); ++r) {
+    nexar_stats_t s = stats(w[r]);
+    EXPECT_LE(s.shm_pairs, 1u) << "rank " << r;
+    pairs += s.shm_pairs;
+  }
+  EXPECT_GE(pairs, 2u);  // at least one pair could use it
+}
+
+TEST(SameHost, RequireFailsCreationWhenAPairCannotUseIt) {
+  nexar_comm_options_t o = options(NEXAR_SHM_REQUIRE, 1u << 20);  // below one ring
+  std::vector<nexar_comm_t *> comms(2, nullptr);
+  const nexar_status_t s = nexar_bootstrap_local(comms.data(), 2, &o);
+  ASSERT_NE(s, NEXAR_OK);
+  EXPECT_NE(std::string(nexar_last_error_message()).find("NEXAR_SHM=require"), std::string::npos)
+      << nexar_last_error_message();
+}
+
+TEST(SameHost, InvalidModeIsRefused) {
+  nexar_comm_options_t o = options(7);
+  std::vector<nexar_comm_t *> comms(2, nullptr);
+  EXPECT_EQ(nexar_bootstrap_local(comms.data(), 2, &o), NEXAR_ERR_INVALID_ARGUMENT);
+}
+
+// A process that is not a member finds the socket (abstract names are listed
+// in /proc/net/unix) and asks for a segment with a forged proof: it gets the
+// socket closed on it and no descriptor; the members carry on.
+TEST(SameHost, StrangerWithoutTheSessionGetsNoSegment) {
+  nexar_comm_options_t o = options(NEXAR_SHM_AUTO);
+  World w(2, &o);
+  ASSERT_TRUE(w.ok());
+  std::vector<std::string> names;
+  std::ifstream f("/proc/net/unix");
+  for (std::string line; std::getline(f, line);) {
+    const size_t at = line.find("@nexar-shm-");
+    if (at != std::string::npos) names.push_back(line.substr(at + 1));
+  }
+  ASSERT_FALSE(names.empty());
+  for (const std::string &name : names) {
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    memcpy(a.sun_path + 1, name.data(), name.size());
+    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    if (connect(fd, reinterpret_cast<sockaddr *>(&a), len) != 0) {
+      close(fd);
+      continue;  // another test's socket, gone meanwhile
+    }
+    // magic "NXSH", version 1, rank 1, slot 0, a proof of zeros.
+    uint8_t hello[56] = {'N', 'X', 'S', 'H', 1, 0, 0, 0, 1};
+    ASSERT_EQ(send(fd, hello, sizeof hello, 0), static_cast<ssize_t>(sizeof hello));
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    uint8_t buf[128];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    iovec iov{buf, sizeof buf};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(fd, &m, 0);
+    EXPECT_EQ(n, 0) << "the stranger got an answer";
+    EXPECT_EQ(CMSG_FIRSTHDR(&m), nullptr) << "the stranger got a descriptor";
+    close(fd);
+  }
+  exchange_all_pairs(w, {1000});
+  EXPECT_EQ(stats(w[0]).shm_pairs, 1u);
+}
+
+// kill -9 of one of 4 local ranks while they allreduce: every survivor learns
+// of it from the hang-up of its same-host channel, names it, and its loop
+// fails with PEER_FAILED long before any timeout could have told it (the
+// heartbeat timeout is 60 s here); no hang, no crash.
+TEST(SameHost, KilledLocalRankIsNamedAtOnce) {
+  using namespace cluster_test;
+  TempDir dir;
+  std::string addr;
+  auto seed =
+      start_seed(dir, "seed", {"--world-size", "4", "--token-file", write_token(dir)}, &addr);
+  Proc::Env env{{"NEXAR_SEED", addr},
+                {"NEXAR_CLUSTER_TOKEN", kToken},
+                {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "60"},
+                {"NEXAR_COLLECTIVE_TIMEOUT_SECS", "120"}};
+  std::vector<std::unique_ptr<Proc>> ws;
+  for (int r = 0; r < 4; ++r) {
+    env["NEXAR_RANK"] = std::to_string(r);
+    ws.push_back(worker(dir, "w" + std::to_string(r), env, {"--allreduce-loop", "90"}));
+  }
+  for (auto &p : ws)
+    ASSERT_TRUE(p->wait_output("LOOPING", 60)) << p->dump();
+  for (auto &p : ws)
+    EXPECT_TRUE(contains(p->out(), "shm_pairs=3")) << p->dump();
+  const auto killed = std::chrono::steady_clock::now();
+  ws[2]->kill_now();
+  for (int r : {0, 1, 3}) {
+    ASSERT_TRUE(ws[r]->wait_output("LOOP_FAILED", 30)) << ws[r]->dump();
+    const double took = seconds_since(killed);
+    EXPECT_LT(took, 20.0) << ws[r]->dump();
+    EXPECT_TRUE(contains(ws[r]->out(), "status=-5")) << ws[r]->dump();
+    EXPECT_TRUE(contains(ws[r]->err(), "lost rank 2: rank 2 died: its same-host channel hung up"))
+        << ws[r]->dump();
+    printf("rank %d failed %.3f s after rank 2 was killed\n", r, took);
+  }
+  for (int r : {0, 1, 3})
+    EXPECT_TRUE(ws[r]->wait(30)) << ws[r]->dump();
+}
