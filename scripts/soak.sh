@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Soak: 4 processes formed through a real seed (nexar-run) run mixed traffic
+# for the given minutes (default 10): every collective, p2p of many sizes and
+# tags, RPC, split and destroy of sub-communicators, every result checked
+# (tests/soak/soak_worker.c). Each rank reports its RSS, open fds, threads and
+# QUIC streams every few seconds; after the warm-up (a quarter of the run, at
+# least 30 s) none may grow: fds, threads, streams, connections and tag match
+# state (pending_tags) not at all,
+# RSS not beyond 5 % of the warm-up's peak. Fails on a wrong result, a failed
+# rank or any growth, and prints each rank's figures.
+#   scripts/soak.sh [minutes] [sample seconds]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+minutes="${1:-10}"
+every="${2:-}"
+scripts/install-deps.sh python3
+[ -f build/build.ninja ] || scripts/build.sh build
+ninja -C build nexar-run nexar-soak-worker >/dev/null
+seconds=$(python3 -c "print(int(float('$minutes') * 60))")
+[ -n "$every" ] || every=$(python3 -c "print(max(5, min(30, $seconds // 60)))")
+mkdir -p build/soak
+log="build/soak/soak-$(date -u +%Y%m%dT%H%M%SZ).log"
+echo "soak: 4 ranks for ${seconds} s, a sample every ${every} s; log: $log"
+rc=0
+# Bounded: the run, plus formation, the last round and the ranks' exit.
+timeout --kill-after=10 $((seconds + 300)) build/tools/run/nexar-run -n 4 -- \
+  build/tests/soak/nexar-soak-worker --seconds "$seconds" --sample-seconds "$every" \
+  >"$log" 2>&1 || rc=$?
+grep -E 'SOAK_FAILED|nexar-run: (failed|rank)' "$log" || true
+python3 - "$log" "$seconds" "$rc" <<'PY'
+import re, sys
+log, seconds, rc = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+warm = max(30.0, seconds / 4)
+samples, done, failed = {}, {}, []
+for line in open(log, errors="replace"):
+    if "SOAK_FAILED" in line:
+        failed.append(line.strip())
+    m = re.search(r"SOAK_DONE rank=(\d+) rounds=(\d+)", line)
+    if m:
+        done[int(m[1])] = int(m[2])
+    m = re.search(r"SAMPLE (.*)", line)
+    if m:
+        f = dict(kv.split("=") for kv in m[1].split())
+        samples.setdefault(int(f["rank"]), []).append({k: float(v) for k, v in f.items()})
+problems = list(failed)
+if rc != 0:
+    problems.append(f"nexar-run exited with status {rc}")
+if sorted(done) != [0, 1, 2, 3]:
+    problems.append(f"ranks that finished: {sorted(done)} (expected 0-3)")
+elif len(set(done.values())) != 1:
+    problems.append(f"ranks ran different numbers of rounds: {done}")
+print(f"{'rank':>4} {'rounds':>7} {'rss_kb warm-up peak':>20} {'last':>8} {'max':>8} "
+      f"{'fds':>7} {'threads':>7} {'streams':>9} {'conns':>5}")
+for rank in sorted(samples):
+    s = samples[rank]
+    before = [x for x in s if x["t"] < warm]
+    after = [x for x in s if x["t"] >= warm]
+    if not before or len(after) < 2:
+        problems.append(f"rank {rank}: too few samples after the {warm:.0f} s warm-up")
+        continue
+    base = after[0]
+    peak = max(x["rss_kb"] for x in before + [base])
+    top = max(x["rss_kb"] for x in after)
+    last = after[-1]
+    print(f"{rank:>4} {int(last['rounds']):>7} {int(peak):>20} {int(last['rss_kb']):>8} "
+          f"{int(top):>8} {int(base['fds']):>3}>{int(last['fds']):<3} "
+          f"{int(base['threads']):>3}>{int(last['threads']):<3} "
+          f"{int(base['streams']):>4}>{int(last['streams']):<4} {int(last['conns']):>5}")
+    if top > peak * 1.05:
+        problems.append(f"rank {rank}: RSS grew to {int(top)} kB after the warm-up, "
+                        f"more than 5 % above its peak of {int(peak)} kB")
+    for key in ("fds", "threads", "streams", "conns", "pending_tags"):
+        grown = [x for x in after if x[key] > base[key]]
+        if grown:
+            problems.append(f"rank {rank}: {key} grew from {int(base[key])} to "
+                            f"{int(grown[-1][key])} after the warm-up (at {grown[0]['t']:.0f} s)")
+for p in problems:
+    print("soak: FAILED:", p)
+print("soak: ok" if not problems else f"soak: {len(problems)} problem(s); log: {log}")
+sys.exit(1 if problems else 0)
+PY
