@@ -20,7 +20,9 @@
  * from nexar_comm_get_stats), and at the end
  *   SOAK_DONE rank=R rounds=K
  *
- *   soak_worker --seconds S [--sample-seconds P]
+ *   soak_worker --seconds S [--sample-seconds P] [--mix p2p,coll,rpc,split]
+ *
+ * --mix runs only the parts named (all by default), to find which one grows.
  */
 #include <dirent.h>
 #include <malloc.h>
@@ -380,6 +382,12 @@ static int open_fds(void) {
   return n - 1; /* not the directory's own */
 }
 
+/* Bytes in use from glibc's malloc (not what the allocator keeps free). */
+static size_t heap_kb(void) {
+  struct mallinfo2 mi = mallinfo2();
+  return (mi.uordblks + mi.hblkhd) >> 10;
+}
+
 static void sample(nexar_comm_t *comm, double t) {
   nexar_stats_t st;
   memset(&st, 0, sizeof st);
@@ -387,23 +395,27 @@ static void sample(nexar_comm_t *comm, double t) {
   CHECK_OK(nexar_comm_get_stats(comm, &st), "get_stats");
   printf(
       "SAMPLE rank=%u t=%.1f rounds=%lu rss_kb=%ld fds=%d threads=%ld streams=%llu conns=%llu "
-      "pending_tags=%llu unexpected_bytes=%llu\n",
+      "pending_tags=%llu unexpected_bytes=%llu heap_kb=%zu\n",
       g_rank, t, g_round, status_field("VmRSS"), open_fds(), status_field("Threads"),
       (unsigned long long)(st.streams_opened + st.streams_accepted),
       (unsigned long long)st.connections, (unsigned long long)st.pending_tags,
-      (unsigned long long)st.unexpected_bytes);
+      (unsigned long long)st.unexpected_bytes, heap_kb());
   fflush(stdout);
 }
 
 int main(int argc, char **argv) {
   double seconds = 0, every = 5;
+  const char *mix = "p2p,coll,rpc,split";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
       seconds = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--mix") && i + 1 < argc)
+      mix = argv[++i];
     else if (!strcmp(argv[i], "--sample-seconds") && i + 1 < argc)
       every = atof(argv[++i]);
     else {
-      fprintf(stderr, "usage: soak_worker --seconds S [--sample-seconds P]\n");
+      fprintf(stderr,
+              "usage: soak_worker --seconds S [--sample-seconds P] [--mix p2p,coll,rpc,split]\n");
       return 2;
     }
   }
@@ -421,6 +433,7 @@ int main(int argc, char **argv) {
   g_rank = nexar_comm_rank(comm);
   CHECK(nexar_comm_size(comm) >= 2, "the soak needs at least 2 ranks");
   register_rpc(comm);
+  CHECK_OK(nexar_barrier(comm, NULL, NULL), "barrier after registering");
   const double start = now_s();
   double next_sample = start;
   for (;;) {
@@ -433,10 +446,10 @@ int main(int argc, char **argv) {
     int64_t go = t < seconds;
     CHECK_OK(nexar_broadcast(comm, &go, 1, NEXAR_DTYPE_I64, 0, NULL, NULL), "broadcast of go");
     if (!go) break;
-    p2p_round(comm);
-    collectives_round(comm);
-    rpc_round(comm);
-    if (g_round % 3 == 0) split_round(comm);
+    if (strstr(mix, "p2p")) p2p_round(comm);
+    if (strstr(mix, "coll")) collectives_round(comm);
+    if (strstr(mix, "rpc")) rpc_round(comm);
+    if (strstr(mix, "split") && g_round % 3 == 0) split_round(comm);
     g_round++;
   }
   sample(comm, now_s() - start);
