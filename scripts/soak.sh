@@ -5,9 +5,10 @@
 # (tests/soak/soak_worker.c). Each rank reports its RSS, open fds, threads and
 # QUIC streams every few seconds; after the warm-up (a quarter of the run, at
 # least 30 s) none may grow: fds, threads, streams, connections and tag match
-# state (pending_tags) not at all,
-# RSS not beyond 5 % of the warm-up's peak. Fails on a wrong result, a failed
-# rank or any growth, and prints each rank's figures.
+# state (pending_tags) not at all, RSS in the second half after the warm-up
+# not beyond 5 % above its peak before (the buffer pool fills lazily up to its
+# bounds; a leak keeps growing). Fails on a wrong result, a failed rank or any
+# growth, and prints each rank's figures (heap_kb: glibc malloc in use).
 #   scripts/soak.sh [minutes] [sample seconds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,26 +50,29 @@ if sorted(done) != [0, 1, 2, 3]:
     problems.append(f"ranks that finished: {sorted(done)} (expected 0-3)")
 elif len(set(done.values())) != 1:
     problems.append(f"ranks ran different numbers of rounds: {done}")
-print(f"{'rank':>4} {'rounds':>7} {'rss_kb warm-up peak':>20} {'last':>8} {'max':>8} "
-      f"{'fds':>7} {'threads':>7} {'streams':>9} {'conns':>5}")
+print(f"{'rank':>4} {'rounds':>7} {'rss_kb: 1st half':>17} {'2nd half':>9} {'last':>7} "
+      f"{'fds':>7} {'threads':>7} {'streams':>9} {'conns':>5} {'heap_kb':>15}")
 for rank in sorted(samples):
     s = samples[rank]
-    before = [x for x in s if x["t"] < warm]
     after = [x for x in s if x["t"] >= warm]
-    if not before or len(after) < 2:
+    if len(after) < 4:
         problems.append(f"rank {rank}: too few samples after the {warm:.0f} s warm-up")
         continue
-    base = after[0]
-    peak = max(x["rss_kb"] for x in before + [base])
-    top = max(x["rss_kb"] for x in after)
-    last = after[-1]
-    print(f"{rank:>4} {int(last['rounds']):>7} {int(peak):>20} {int(last['rss_kb']):>8} "
-          f"{int(top):>8} {int(base['fds']):>3}>{int(last['fds']):<3} "
+    # RSS: the buffer pool fills lazily, up to its bounds, so RSS may step up
+    # now and then; a leak keeps going. The second half after the warm-up
+    # may not exceed everything before it by more than 5 %.
+    mid = (warm + after[-1]["t"]) / 2
+    first = [x["rss_kb"] for x in s if x["t"] < mid]
+    second = [x["rss_kb"] for x in after if x["t"] >= mid]
+    base, last = after[0], after[-1]
+    print(f"{rank:>4} {int(last['rounds']):>7} {int(max(first)):>17} {int(max(second)):>9} "
+          f"{int(last['rss_kb']):>7} {int(base['fds']):>3}>{int(last['fds']):<3} "
           f"{int(base['threads']):>3}>{int(last['threads']):<3} "
-          f"{int(base['streams']):>4}>{int(last['streams']):<4} {int(last['conns']):>5}")
-    if top > peak * 1.05:
-        problems.append(f"rank {rank}: RSS grew to {int(top)} kB after the warm-up, "
-                        f"more than 5 % above its peak of {int(peak)} kB")
+          f"{int(base['streams']):>4}>{int(last['streams']):<4} {int(last['conns']):>5} "
+          f"{int(base.get('heap_kb', -1)):>7}>{int(last.get('heap_kb', -1)):<7}")
+    if max(second) > max(first) * 1.05:
+        problems.append(f"rank {rank}: RSS grew to {int(max(second))} kB in the second half "
+                        f"after the warm-up, more than 5 % above {int(max(first))} kB before")
     for key in ("fds", "threads", "streams", "conns", "pending_tags"):
         grown = [x for x in after if x[key] > base[key]]
         if grown:
