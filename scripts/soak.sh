@@ -4,8 +4,9 @@
 # tags, RPC, split and destroy of sub-communicators, every result checked
 # (tests/soak/soak_worker.c). Each rank reports its RSS, open fds, threads and
 # QUIC streams every few seconds; after the warm-up (a quarter of the run, at
-# least 30 s) none may grow: fds, threads, streams, connections and tag match
-# state (pending_tags) not at all, RSS in the second half after the warm-up
+# least 30 s) none may grow: fds, threads, streams and connections not at
+# all, tag match state (what is in flight) must keep draining to its floor,
+# RSS in the second half after the warm-up
 # not beyond 5 % above its peak before (the buffer pool fills lazily up to its
 # bounds; a leak keeps growing). Fails on a wrong result, a failed rank or any
 # growth, and prints each rank's figures (heap_kb: glibc malloc in use).
@@ -73,7 +74,14 @@ for rank in sorted(samples):
     if max(second) > max(first) * 1.05:
         problems.append(f"rank {rank}: RSS grew to {int(max(second))} kB in the second half "
                         f"after the warm-up, more than 5 % above {int(max(first))} kB before")
-    for key in ("fds", "threads", "streams", "conns", "pending_tags"):
+    # Tag match state is what is in flight when the sample is taken: it may
+    # not stay up (its floor may not rise), a leak of it would.
+    floor = [x["pending_tags"] for x in after if x["t"] < mid]
+    if floor and min(x["pending_tags"] for x in after if x["t"] >= mid) > min(floor):
+        problems.append(f"rank {rank}: tag match state never drained below "
+                        f"{int(min(x['pending_tags'] for x in after if x['t'] >= mid))} "
+                        f"in the second half after the warm-up")
+    for key in ("fds", "threads", "streams", "conns"):
         grown = [x for x in after if x[key] > base[key]]
         if grown:
             problems.append(f"rank {rank}: {key} grew from {int(base[key])} to "
