@@ -13,6 +13,7 @@
 #include "transport/codec.h"
 #include "transport/socket_address.h"
 #include "transport/tls_credentials.h"
+#include "worker_key.h"
 
 using namespace nexar;
 
@@ -22,11 +23,11 @@ constexpr uint8_t kJoinTypes[] = {wire::JoinChallenge::kType, wire::JoinRequest:
                                   wire::JoinAdmitted::kType,  wire::Welcome::kType,
                                   wire::MeshReady::kType,     wire::JoinError::kType};
 
-// The worker's own key, made once (a key per input would dominate the run).
+// The worker's own key, loaded once (worker_key.h).
 gnutls_x509_privkey_t worker_key() {
   static X509Key *key = [] {
     auto *k = new X509Key;
-    FUZZ_CHECK(generate_key(k).ok());
+    FUZZ_CHECK(nexar_fuzz::load_worker_key(k));
     return k;
   }();
   return key->get();

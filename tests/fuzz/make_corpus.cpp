@@ -12,6 +12,7 @@
 #include "transport/codec.h"
 #include "transport/frame.h"
 #include "transport/tls_credentials.h"
+#include "worker_key.h"
 
 using namespace nexar;
 using Bytes = std::vector<uint8_t>;
@@ -91,9 +92,9 @@ int control_and_join() {
   std::unique_ptr<ClusterCa> ca;
   X509Cert cert;
   std::string csr, ca_pem, cert_pem;
-  if (!generate_key(&key) || !make_csr_pem(key.get(), &csr) || !ClusterCa::generate(77, &ca) ||
-      !ca->issue_node_cert(1, key.get(), &cert) || !cert_to_pem(ca->cert(), &ca_pem) ||
-      !cert_to_pem(cert.get(), &cert_pem)) {
+  if (!nexar_fuzz::load_worker_key(&key) || !make_csr_pem(key.get(), &csr) ||
+      !ClusterCa::generate(77, &ca) || !ca->issue_node_cert(1, key.get(), &cert) ||
+      !cert_to_pem(ca->cert(), &ca_pem) || !cert_to_pem(cert.get(), &cert_pem)) {
     std::fprintf(stderr, "fuzz_make_corpus: could not make the certificates\n");
     return 1;
   }
