@@ -95,7 +95,7 @@ run_start() {
   $SUDO ip netns exec "$(ns h0)" timeout 120 build/tools/seed/nexar-seed --listen "$seed_addr" \
     --world-size 4 --token-file "$out/token" >"$dir/seed.log" 2>&1 &
   for _ in $(seq 100); do
-    grep -q "listening on" "$dir/seed.log" && break
+    grep -qs "listening on" "$dir/seed.log" && break
     sleep 0.2
   done
   pids=()

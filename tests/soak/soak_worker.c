@@ -452,6 +452,10 @@ int main(int argc, char **argv) {
     if (strstr(mix, "split") && g_round % 3 == 0) split_round(comm);
     g_round++;
   }
+  /* Nobody leaves while another rank may still wait for its data: a rank
+   * late to the last broadcast would see a peer that already left as failed
+   * (nexar_comm_destroy: "unless they are done with it"). */
+  CHECK_OK(nexar_barrier(comm, NULL, NULL), "final barrier");
   sample(comm, now_s() - start);
   printf("SOAK_DONE rank=%u rounds=%lu\n", g_rank, g_round);
   nexar_comm_destroy(comm);
