@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static uint32_t g_rank;
 static unsigned long g_round;
@@ -454,10 +455,13 @@ int main(int argc, char **argv) {
   }
   /* Nobody leaves while another rank may still wait for its data: a rank
    * late to the last broadcast would see a peer that already left as failed
-   * (nexar_comm_destroy: "unless they are done with it"). */
+   * (nexar_comm_destroy: "unless they are done with it"). Even after the
+   * barrier a rank may still owe a peer its last barrier message (its send
+   * then fails): linger a moment before leaving, as tests/cluster's worker. */
   CHECK_OK(nexar_barrier(comm, NULL, NULL), "final barrier");
   sample(comm, now_s() - start);
   printf("SOAK_DONE rank=%u rounds=%lu\n", g_rank, g_round);
+  usleep(500000);
   nexar_comm_destroy(comm);
   return 0;
 }
