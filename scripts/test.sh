@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every test
-# (ctest) and the Python, Go and Rust bindings' tests (scripts/test-python.sh,
-# test-go.sh, test-rust.sh) and the Debian packages (test-deb.sh), then builds
-# again with AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests
-# once more under them, then with ThreadSanitizer. A Release build checks the
-# build type packagers pick.
+# (ctest), the fuzz harnesses, the soak and the lossy network (scripts/fuzz.sh,
+# soak.sh, lossy.sh), the Python, Go and Rust bindings' tests
+# (scripts/test-python.sh, test-go.sh, test-rust.sh) and the Debian packages
+# (test-deb.sh), then builds again with AddressSanitizer +
+# UndefinedBehaviorSanitizer and runs the tests once more under them, then
+# with ThreadSanitizer. A Release build checks the build type packagers pick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache: the packages' build reuses the release build's objects (build.sh).
@@ -21,6 +22,18 @@ git ls-files '*.c' '*.cpp' '*.h' | xargs clang-format --dry-run --Werror
 echo "== release build and tests"
 scripts/build.sh build
 (cd build && ctest --output-on-failure -j1 --timeout 900)
+
+# Coverage-guided fuzzing of every decoder of network bytes (clang libFuzzer,
+# ASan + UBSan), 30 s each, and a 2-minute soak of 4 processes through a
+# seed whose resources must stay flat (docs/testing.md).
+echo "== fuzzing (scripts/fuzz.sh 30)"
+scripts/fuzz.sh 30
+echo "== soak (scripts/soak.sh 2)"
+scripts/soak.sh 2
+# 4 hosts (network namespaces) with lossy and rate-limited links, a link
+# down for 2 s and one down past the heartbeat timeout (docs/testing.md).
+echo "== lossy network (scripts/lossy.sh 10 16M)"
+scripts/lossy.sh 10 16M
 
 echo "== Release build (the build type packagers pick), warnings as errors"
 BUILD_TYPE=Release scripts/build.sh build-release -DNEXAR_BUILD_TESTS=OFF
