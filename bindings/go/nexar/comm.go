@@ -217,6 +217,9 @@ type Stats struct {
 	PacketsFastAEAD     uint64 // QUIC packets protected with ipsec-mb's AES-GCM
 	BytesOpenedInPlace  uint64 // received bytes decrypted straight into the receive buffer
 	BytesSealedInPlace  uint64 // sent bytes encrypted straight from the send buffer
+	SHMPairs            uint64 // peers reached through shared memory
+	SHMBytesSent        uint64 // payload bytes written into shared memory (not in BytesSent)
+	SHMBytesReceived    uint64 // payload bytes read from peers' shared memory
 }
 
 // Stats returns the engine's counters (nexar_comm_get_stats).
@@ -246,6 +249,9 @@ func (c *Comm) Stats() (Stats, error) {
 		PacketsFastAEAD:     uint64(s.packets_fast_aead),
 		BytesOpenedInPlace:  uint64(s.bytes_opened_in_place),
 		BytesSealedInPlace:  uint64(s.bytes_sealed_in_place),
+		SHMPairs:            uint64(s.shm_pairs),
+		SHMBytesSent:        uint64(s.shm_bytes_sent),
+		SHMBytesReceived:    uint64(s.shm_bytes_received),
 	}, nil
 }
 

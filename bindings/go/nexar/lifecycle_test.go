@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -156,7 +157,7 @@ func TestAbort(t *testing.T) {
 }
 
 func TestStatsAndVersion(t *testing.T) {
-	comms := world(t, 2)
+	comms := world(t, 2, nexar.WithSHM("off")) // every byte over QUIC
 	onEach(t, comms, func(c *nexar.Comm) error {
 		return nexar.AllReduce(context.Background(), c, make([]float64, 1000), nexar.Sum)
 	})
@@ -234,5 +235,42 @@ func TestUnreachableCommsAreClosedByTheCollector(t *testing.T) {
 		}
 		runtime.GC()
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Ranks in one process share a host: payloads go through shared memory,
+// with the same results as over QUIC.
+func TestSameHostSharedMemory(t *testing.T) {
+	sums := map[string][]float32{}
+	for _, mode := range []string{"auto", "off"} {
+		comms := world(t, 3, nexar.WithSHM(mode))
+		out := make([][]float32, 3)
+		onEach(t, comms, func(c *nexar.Comm) error {
+			buf := make([]float32, 100003)
+			for i := range buf {
+				buf[i] = 1 / float32(1+(i*7+c.Rank()*13)%1001) * float32(c.Rank()*1000+1)
+			}
+			out[c.Rank()] = buf
+			return nexar.AllReduce(context.Background(), c, buf, nexar.Sum)
+		})
+		s, err := comms[0].Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode == "auto" && (s.SHMPairs != 2 || s.SHMBytesSent < 100003*4/3) {
+			t.Fatalf("shm=auto: %+v", s)
+		}
+		if mode == "off" && (s.SHMPairs != 0 || s.SHMBytesSent != 0) {
+			t.Fatalf("shm=off: %+v", s)
+		}
+		sums[mode] = out[1]
+	}
+	for i := range sums["auto"] {
+		if math.Float32bits(sums["auto"][i]) != math.Float32bits(sums["off"][i]) {
+			t.Fatalf("element %d: %v over shared memory, %v over QUIC", i, sums["auto"][i], sums["off"][i])
+		}
+	}
+	if _, err := nexar.BootstrapLocal(2, nexar.WithSHM("sometimes")); err == nil {
+		t.Fatal("an unknown shm mode was accepted")
 	}
 }

@@ -207,6 +207,34 @@ func WithTopology(t string) Option {
 	}
 }
 
+// WithSHM chooses the same-host path: "auto" (ranks on one host exchange
+// payloads through shared memory, the default), "off" (every byte over QUIC)
+// or "require" (creation fails if a same-host pair cannot use it).
+func WithSHM(mode string) Option {
+	return func(c *config) error {
+		switch mode {
+		case "auto":
+			c.raw.shm = C.NEXAR_SHM_AUTO
+		case "off":
+			c.raw.shm = C.NEXAR_SHM_OFF
+		case "require":
+			c.raw.shm = C.NEXAR_SHM_REQUIRE
+		default:
+			return fmt.Errorf("shm must be \"auto\", \"off\" or \"require\", not %q", mode)
+		}
+		return nil
+	}
+}
+
+// WithSHMMaxBytes bounds the shared segment of each process (default 64 MiB);
+// same-host pairs beyond it stay on QUIC.
+func WithSHMMaxBytes(n uint64) Option {
+	return func(c *config) error {
+		c.raw.shm_max_bytes = C.uint64_t(n)
+		return nil
+	}
+}
+
 // millis converts a positive duration to whole milliseconds, rounding up.
 func millis(d time.Duration) C.uint64_t {
 	ms := (d + time.Millisecond - 1) / time.Millisecond

@@ -163,6 +163,9 @@ class Communicator {
     d["packets_fast_aead"] = s.packets_fast_aead;
     d["bytes_opened_in_place"] = s.bytes_opened_in_place;
     d["bytes_sealed_in_place"] = s.bytes_sealed_in_place;
+    d["shm_pairs"] = s.shm_pairs;
+    d["shm_bytes_sent"] = s.shm_bytes_sent;
+    d["shm_bytes_received"] = s.shm_bytes_received;
     return d;
   }
 

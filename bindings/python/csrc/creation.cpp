@@ -30,6 +30,26 @@ void apply_options(nexar_comm_options_t *o, const py::kwargs &kw) {
                               py::repr(item.second).cast<std::string>());
       continue;
     }
+    if (k == "shm") {
+      const std::string v =
+          py::isinstance<py::str>(item.second) ? item.second.cast<std::string>() : "";
+      if (v == "auto")
+        o->shm = NEXAR_SHM_AUTO;
+      else if (v == "off")
+        o->shm = NEXAR_SHM_OFF;
+      else if (v == "require")
+        o->shm = NEXAR_SHM_REQUIRE;
+      else
+        throw py::value_error("shm must be \"auto\", \"off\" or \"require\", not " +
+                              py::repr(item.second).cast<std::string>());
+      continue;
+    }
+    if (k == "shm_max_bytes") {
+      const int64_t v = item.second.cast<int64_t>();
+      if (v < 0) throw py::value_error("shm_max_bytes must not be negative");
+      o->shm_max_bytes = static_cast<uint64_t>(v);
+      continue;
+    }
     auto ms = [&](uint64_t *field) {
       const double secs = item.second.cast<double>();
       if (!(secs > 0)) throw py::value_error(k + " must be a positive number of seconds");
@@ -53,7 +73,7 @@ void apply_options(nexar_comm_options_t *o, const py::kwargs &kw) {
       throw py::type_error("unknown option " + k +
                            " (known: collective_timeout, barrier_timeout, p2p_timeout, "
                            "connect_timeout, heartbeat_interval, heartbeat_timeout, "
-                           "rpc_timeout, topology)");
+                           "rpc_timeout, topology, shm, shm_max_bytes)");
   }
 }
 

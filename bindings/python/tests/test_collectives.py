@@ -85,7 +85,7 @@ def test_ring_topology(world):
 
 
 def test_stats_count_bytes_sealed_and_opened_in_place(world):
-    comms = world(2)
+    comms = world(2, shm="off")  # every byte over QUIC
     out = np.arange(1 << 18, dtype=np.float32)  # 1 MiB: sealed from its buffer
     got = np.zeros_like(out)
     before = comms[0].stats()
@@ -102,3 +102,21 @@ def test_stats_count_bytes_sealed_and_opened_in_place(world):
     assert {"bytes_sealed_in_place", "bytes_opened_in_place"} <= after.keys()
     if after["packets_fast_aead"] > 0:  # ipsec-mb in use (CI installs it)
         assert after["bytes_sealed_in_place"] - before["bytes_sealed_in_place"] > out.nbytes // 2
+
+
+def test_same_host_ranks_share_memory_with_identical_results(world):
+    data = [np.random.default_rng(r).standard_normal(300001).astype(np.float32) * 10.0 ** (r - 2)
+            for r in range(4)]
+    results = {}
+    for mode in ("auto", "off"):
+        comms = world(4, shm=mode)
+        outs = [d.copy() for d in data]
+        on_ranks(comms, lambda c: c.all_reduce(outs[c.rank]))  # in place
+        stats = comms[0].stats()
+        assert stats["shm_pairs"] == (3 if mode == "auto" else 0)
+        assert (stats["shm_bytes_sent"] > data[0].nbytes) == (mode == "auto")
+        results[mode] = outs
+    for r in range(4):
+        assert results["auto"][r].tobytes() == results["off"][r].tobytes()
+    with pytest.raises(ValueError, match="shm"):
+        world(2, shm="sometimes")

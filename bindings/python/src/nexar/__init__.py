@@ -74,8 +74,10 @@ def bootstrap_local(world_size: int, **options: Any) -> List[Communicator]:
     Options, in seconds: collective_timeout, barrier_timeout, p2p_timeout,
     connect_timeout, heartbeat_interval, heartbeat_timeout, rpc_timeout; and
     ``topology="full"`` (every pair connected) or ``"ring"`` (each rank
-    connected to its two neighbours, the rest relayed). Defaults come from
-    the NEXAR_* environment, see docs/configuration.md.
+    connected to its two neighbours, the rest relayed); ``shm="auto"``
+    (ranks of one host share memory), ``"off"`` (every byte over QUIC) or
+    ``"require"``, and ``shm_max_bytes``. Defaults come from the NEXAR_*
+    environment, see docs/configuration.md.
     """
     return _nexar.bootstrap_local(world_size, **options)
 

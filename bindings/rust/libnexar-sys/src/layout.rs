@@ -87,6 +87,8 @@ fn rust_fields() -> Vec<(&'static str, usize, usize)> {
         field!(nexar_comm_options_t, world_size),
         field!(nexar_comm_options_t, rpc_timeout_ms),
         field!(nexar_comm_options_t, topology),
+        field!(nexar_comm_options_t, shm),
+        field!(nexar_comm_options_t, shm_max_bytes),
         field!(nexar_seed_event_t, struct_size),
         field!(nexar_seed_event_t, kind),
         field!(nexar_seed_event_t, rank),
@@ -122,6 +124,9 @@ fn rust_fields() -> Vec<(&'static str, usize, usize)> {
         field!(nexar_stats_t, packets_fast_aead),
         field!(nexar_stats_t, bytes_opened_in_place),
         field!(nexar_stats_t, bytes_sealed_in_place),
+        field!(nexar_stats_t, shm_pairs),
+        field!(nexar_stats_t, shm_bytes_sent),
+        field!(nexar_stats_t, shm_bytes_received),
     ]
 }
 
@@ -171,6 +176,9 @@ fn rust_consts() -> Vec<(&'static str, i64)> {
         konst!(NEXAR_POOL_INFERENCE),
         konst!(NEXAR_TOPOLOGY_FULL),
         konst!(NEXAR_TOPOLOGY_RING),
+        konst!(NEXAR_SHM_AUTO),
+        konst!(NEXAR_SHM_OFF),
+        konst!(NEXAR_SHM_REQUIRE),
         konst!(NEXAR_LOG_ERROR),
         konst!(NEXAR_LOG_WARN),
         konst!(NEXAR_LOG_INFO),

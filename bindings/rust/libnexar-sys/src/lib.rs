@@ -123,6 +123,9 @@ pub const NEXAR_POOL_INFERENCE: u32 = 1;
 
 pub const NEXAR_TOPOLOGY_FULL: u32 = 0;
 pub const NEXAR_TOPOLOGY_RING: u32 = 1;
+pub const NEXAR_SHM_AUTO: u32 = 0;
+pub const NEXAR_SHM_OFF: u32 = 1;
+pub const NEXAR_SHM_REQUIRE: u32 = 2;
 
 pub const NEXAR_LOG_ERROR: i32 = 0;
 pub const NEXAR_LOG_WARN: i32 = 1;
@@ -156,6 +159,8 @@ pub struct nexar_comm_options_t {
     pub world_size: u32,
     pub rpc_timeout_ms: u64,
     pub topology: u32,
+    pub shm: u32,
+    pub shm_max_bytes: u64,
 }
 
 // ---- Seed ---------------------------------------------------------------------------
@@ -231,6 +236,9 @@ pub struct nexar_stats_t {
     pub packets_fast_aead: u64,
     pub bytes_opened_in_place: u64,
     pub bytes_sealed_in_place: u64,
+    pub shm_pairs: u64,
+    pub shm_bytes_sent: u64,
+    pub shm_bytes_received: u64,
 }
 
 // ---- RPC ---------------------------------------------------------------------------------

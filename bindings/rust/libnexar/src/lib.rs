@@ -64,7 +64,7 @@ pub use error::{last_error_message, Error, Result, ReturnedBuffer, Status};
 pub use float16::{Bf16, F16};
 pub use libnexar_sys as sys;
 pub use log::{clear_log_handler, set_log_handler, LogLevel};
-pub use options::{CompletionMode, Options, PoolProfile, Topology};
+pub use options::{CompletionMode, Options, PoolProfile, Shm, Topology};
 pub use pending::{block_on, in_callback, Pending};
 pub use rpc::RpcResult;
 pub use seed::{Seed, SeedOptions};

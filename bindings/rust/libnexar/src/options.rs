@@ -17,6 +17,17 @@ pub enum Topology {
     Ring,
 }
 
+/// The same-host path (`NEXAR_SHM_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shm {
+    /// Ranks on one host exchange payloads through shared memory (the default).
+    Auto,
+    /// Every byte over QUIC.
+    Off,
+    /// Creation fails if a same-host pair cannot use shared memory.
+    Require,
+}
+
 /// Where completion callbacks (which wake futures) and RPC handlers run
 /// (`NEXAR_COMPLETION_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +171,23 @@ impl Options {
         self
     }
 
+    /// The same-host path (default [`Shm::Auto`], or `NEXAR_SHM`).
+    pub fn shm(mut self, mode: Shm) -> Self {
+        self.raw.shm = match mode {
+            Shm::Auto => sys::NEXAR_SHM_AUTO,
+            Shm::Off => sys::NEXAR_SHM_OFF,
+            Shm::Require => sys::NEXAR_SHM_REQUIRE,
+        };
+        self
+    }
+
+    /// The shared segment of each process, in bytes (default 64 MiB, or
+    /// `NEXAR_SHM_MAX_BYTES`); same-host pairs beyond it stay on QUIC.
+    pub fn shm_max_bytes(mut self, bytes: u64) -> Self {
+        self.raw.shm_max_bytes = bytes;
+        self
+    }
+
     /// Where callbacks run (default [`CompletionMode::Thread`], or
     /// `NEXAR_COMPLETION_MODE`).
     pub fn completion_mode(mut self, mode: CompletionMode) -> Self {
@@ -269,6 +297,8 @@ impl fmt::Debug for Options {
             .field("rpc_timeout_ms", &r.rpc_timeout_ms)
             .field("completion_mode", &r.completion_mode)
             .field("topology", &r.topology)
+            .field("shm", &r.shm)
+            .field("shm_max_bytes", &r.shm_max_bytes)
             .field("pool_profile", &r.pool_profile)
             .field("large_msg_bytes", &r.large_msg_bytes)
             .field("pipeline_segment_bytes", &r.pipeline_segment_bytes)

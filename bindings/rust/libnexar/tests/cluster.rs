@@ -3,7 +3,7 @@
 mod common;
 
 use common::{on_each, options, world, world_with, BOUND};
-use libnexar::{Communicator, LogLevel, Op, Seed, SeedOptions, Status, Topology};
+use libnexar::{Communicator, LogLevel, Op, Seed, SeedOptions, Shm, Status, Topology};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -98,7 +98,7 @@ fn split_async_from_one_thread_and_dropped_early() {
 
 #[test]
 fn stats_count_traffic() {
-    let w = world(2);
+    let w = world_with(2, &options().shm(Shm::Off)); // every byte over QUIC
     let before = w[0].stats().unwrap();
     assert_eq!(before.connections, 1);
     on_each(&w, |c| {
@@ -248,4 +248,33 @@ fn join_through_a_seed_and_log_lines() {
         "log lines: {:?}",
         got
     );
+}
+
+/// Ranks in one process share a host: payloads go through shared memory,
+/// with the same results as over QUIC.
+#[test]
+fn same_host_ranks_share_memory() {
+    let mut sums = Vec::new();
+    for mode in [Shm::Auto, Shm::Off] {
+        let w = world_with(3, &options().shm(mode));
+        let out = on_each(&w, |c| {
+            let r = c.rank() as usize;
+            let mut buf: Vec<f32> = (0..100_003usize)
+                .map(|i| (r * 1000 + 1) as f32 / (1 + (i * 7 + r * 13) % 1001) as f32)
+                .collect();
+            c.all_reduce(&mut buf, Op::Sum).unwrap();
+            buf
+        });
+        let s = w[0].stats().unwrap();
+        if mode == Shm::Auto {
+            assert_eq!(s.shm_pairs, 2, "{:?}", s);
+            assert!(s.shm_bytes_sent > 100_000, "{:?}", s);
+        } else {
+            assert_eq!((s.shm_pairs, s.shm_bytes_sent), (0, 0), "{:?}", s);
+        }
+        sums.push(out[1].iter().map(|x| x.to_bits()).collect::<Vec<u32>>());
+    }
+    assert!(sums[0] == sums[1], "shared memory and QUIC results differ");
+    let too_small = options().shm_max_bytes(1 << 20).shm(Shm::Require);
+    assert!(Communicator::bootstrap_local_with(2, &too_small).is_err());
 }

@@ -42,6 +42,12 @@ pub struct Stats {
     pub bytes_opened_in_place: u64,
     /// Sent payload bytes encrypted straight from the send buffer.
     pub bytes_sealed_in_place: u64,
+    /// Peers reached through shared memory.
+    pub shm_pairs: u64,
+    /// Payload bytes written into shared memory (not in `bytes_sent`).
+    pub shm_bytes_sent: u64,
+    /// Payload bytes read from peers' shared memory.
+    pub shm_bytes_received: u64,
 }
 
 impl From<sys::nexar_stats_t> for Stats {
@@ -65,6 +71,9 @@ impl From<sys::nexar_stats_t> for Stats {
             packets_fast_aead: s.packets_fast_aead,
             bytes_opened_in_place: s.bytes_opened_in_place,
             bytes_sealed_in_place: s.bytes_sealed_in_place,
+            shm_pairs: s.shm_pairs,
+            shm_bytes_sent: s.shm_bytes_sent,
+            shm_bytes_received: s.shm_bytes_received,
         }
     }
 }
