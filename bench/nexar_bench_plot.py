@@ -28,7 +28,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 
 OPS = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "pingpong",
        "stream", "barrier"]
-COLORS = {"nexar": "#d62728", "nexar-spin": "#ff7f0e", "nexar-bound": "#9467bd", "openmpi": "#1f77b4", "openmpi-shm": "#17becf",
+COLORS = {"nexar": "#d62728", "nexar-quic": "#8c564b", "nexar-spin": "#ff7f0e", "nexar-bound": "#9467bd", "openmpi": "#1f77b4", "openmpi-shm": "#17becf",
           "gloo": "#2ca02c", "gloo-hd": "#bcbd22"}
 STYLES = ["-", "--", ":", "-."]
 

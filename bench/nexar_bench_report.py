@@ -26,7 +26,7 @@ BEGIN = "<!-- nexar-bench:results:begin -->"
 END = "<!-- nexar-bench:results:end -->"
 OPS = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "pingpong",
        "stream"]
-LIBS = ["nexar", "nexar-spin", "nexar-bound", "openmpi", "openmpi-shm", "gloo", "gloo-hd"]
+LIBS = ["nexar", "nexar-quic", "nexar-spin", "nexar-bound", "openmpi", "openmpi-shm", "gloo", "gloo-hd"]
 
 
 def sh(*cmd, cwd=None):

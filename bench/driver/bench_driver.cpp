@@ -35,8 +35,9 @@ const std::vector<std::string> &all_ops() {
 }
 
 const std::vector<std::string> &all_peer_libs() {
-  static const std::vector<std::string> libs = {"nexar-spin",  "nexar-bound", "openmpi",
-                                                "openmpi-shm", "gloo",        "gloo-hd"};
+  static const std::vector<std::string> libs = {"nexar-quic", "nexar-spin", "nexar-bound",
+                                                "openmpi",    "openmpi-shm", "gloo",
+                                                "gloo-hd"};
   return libs;
 }
 
@@ -44,7 +45,7 @@ namespace {
 
 // nexar itself or one of its variants (no peer packages needed).
 bool is_nexar(const std::string &lib) {
-  return lib == "nexar" || lib == "nexar-spin" || lib == "nexar-bound";
+  return lib == "nexar" || lib == "nexar-quic" || lib == "nexar-spin" || lib == "nexar-bound";
 }
 
 // ---- where things are ------------------------------------------------------
@@ -302,7 +303,9 @@ class Driver {
       // nexar-spin: the same library with its opt-in busy-polling
       // (NEXAR_SPIN_US), to show what spinning buys and costs.
       std::vector<std::string> env;
+      // nexar-quic: every byte over QUIC, even between ranks of one host.
       if (s.lib == "nexar-spin") env.push_back("NEXAR_SPIN_US=" + spin_us());
+      if (s.lib == "nexar-quic") env.push_back("NEXAR_SHM=off");
       return pg.start(av, env, err);
     }
     if (s.lib == "openmpi" || s.lib == "openmpi-shm") {
