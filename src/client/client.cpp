@@ -30,9 +30,6 @@ Client::Client(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
   endpoint_ = std::make_unique<QuicEndpoint>(&loop_, &router_, id_.cluster_id, creds_,
                                              cfg_.heartbeat_timeout_ms, cfg_.connect_timeout_ms,
                                              cfg_.heartbeat_interval_ms);
-  mailbox_->on_late_mismatch = [this](uint64_t comm_id, uint64_t seq, uint32_t peer) {
-    comms_.on_late_mismatch(comm_id, seq, peer);
-  };
 }
 
 Client::~Client() {

@@ -9,17 +9,32 @@ namespace nexar {
 
 Communicator::Communicator(std::shared_ptr<Client> client, uint64_t comm_id, uint32_t rank,
                            std::vector<uint32_t> world_of, bool owns_client)
-    : client_(std::move(client)), comm_id_(comm_id), rank_(rank), world_of_(std::move(world_of)) {
+    : client_(std::move(client)),
+      comm_id_(comm_id),
+      rank_(rank),
+      world_of_(std::move(world_of)),
+      collectives_([this](uint64_t seq, uint32_t world_peer) {
+        // Ranks still waiting in that collective then fail with
+        // NEXAR_ERR_MISMATCH instead of timing out.
+        announce_mismatch(seq, format("rank %u found that rank %d issued a different collective",
+                                      rank_, rank_of_world(world_peer)));
+      }) {
   if (owns_client)
     client_lease_ = std::shared_ptr<void>(nullptr, [e = client_](void *) { e->shutdown(); });
   if (client_->config().completion_mode == NEXAR_COMPLETION_POLLED)
     polled_ = std::make_unique<PolledQueue>();
-  client_->loop().run_sync([this] { client_->register_comm(this); });
+  client_->loop().run_sync([this] {
+    client_->register_comm(this);
+    client_->mailbox().track(comm_id_, &collectives_);
+  });
 }
 
 Communicator::~Communicator() {
   close();
-  client_->loop().run_sync([this] { client_->unregister_comm(this); });
+  client_->loop().run_sync([this] {
+    client_->mailbox().untrack(comm_id_, &collectives_);
+    client_->unregister_comm(this);
+  });
   client_lease_.reset();  // the last holder shuts the engine down
 }
 
@@ -77,14 +92,8 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
           if (!ended_.ok())
             raw->fail(error(ended_.code, format("%s: %s", op_name.c_str(), ended_.message.c_str()),
                             ended_.failed_rank));
-          if (coll_seq) {
-            if (coll_seq > started_coll_seq_) started_coll_seq_ = coll_seq;
-            auto early = early_mismatch_.find(coll_seq);
-            if (early != early_mismatch_.end()) {
-              raw->fail(early->second);
-              early_mismatch_.erase(early);
-            }
-          }
+          if (coll_seq)
+            if (auto early = collectives_.start(coll_seq)) raw->fail(*early);
           spawn(body(raw), [this, raw, done, user_data, slot](Status s) {
             deliver(raw, std::move(s), done, user_data, slot);
           });
@@ -179,15 +188,13 @@ void Communicator::end(const Status &why) {
 }
 
 void Communicator::on_collective_mismatch(uint64_t seq, const Status &s) {
-  if (seq <= started_coll_seq_) {
+  if (collectives_.started(seq)) {
     // Started here: fail it if it still runs (otherwise it already ended).
     for (OpContext *op : active_)
       if (op->coll_seq() == seq) op->fail(s);
     return;
   }
-  // Not started here yet: fail it when it starts. Bounded: one entry per
-  // announced future collective.
-  if (early_mismatch_.size() < 1024) early_mismatch_.emplace(seq, s);
+  collectives_.defer_mismatch(seq, s);  // not started here yet: fail it when it starts
 }
 
 void Communicator::announce_mismatch(uint64_t seq, const std::string &detail) {

@@ -135,8 +135,9 @@ Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, Co
                             Task<Status> (*algorithm)(Coll &)) {
   Coll coll(comm, op, kind, args);
   Mailbox &box = comm->client().mailbox();
+  CollectiveTracker &tracker = comm->collectives();
   const uint64_t seq = coll.seq();
-  box.begin_collective(comm->comm_id(), seq, coll.check(), [comm, op, &coll](uint32_t world_peer) {
+  tracker.begin(seq, coll_name(kind), coll.check(), [comm, op, &coll](uint32_t world_peer) {
     const int32_t rank = comm->rank_of_world(world_peer);
     op->fail(error(NEXAR_ERR_MISMATCH,
                    format("%s: rank %d issued a different collective (operation, dtype, count or "
@@ -144,13 +145,18 @@ Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, Co
                           coll.what(), rank),
                    rank));
   });
+  box.begin_collective(comm->comm_id(), seq);
   // Ends the registration however the algorithm leaves (the callback above
   // refers to this frame).
   struct EndGuard {
+    CollectiveTracker &tracker;
     Mailbox &box;
     uint64_t comm_id, seq;
-    ~EndGuard() { box.end_collective(comm_id, seq); }
-  } guard{box, comm->comm_id(), seq};
+    ~EndGuard() {
+      tracker.end(seq);
+      box.end_collective(comm_id, seq);
+    }
+  } guard{tracker, box, comm->comm_id(), seq};
   Status s = co_await algorithm(coll);
   if (s.ok() && !op->failed()) s = co_await coll.confirm();
   if (op->failed()) s = op->status();
