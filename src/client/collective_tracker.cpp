@@ -21,7 +21,7 @@ void CollectiveTracker::defer_mismatch(uint64_t seq, const Status &s) {
 
 void CollectiveTracker::begin(uint64_t seq, const char *what, uint32_t check,
                               std::function<void(uint32_t)> on_mismatch) {
-  running_[seq] = Running{check, what, std::move(on_mismatch)};
+  running_[seq] = Running{check, what, std::move(on_mismatch), nullptr};
 }
 
 void CollectiveTracker::end(uint64_t seq) {
@@ -49,6 +49,18 @@ CollectiveTracker::Frame CollectiveTracker::on_frame(uint64_t seq, uint32_t chec
   if (ended == ended_.end()) return Frame::Keep;
   if (ended->second != check && on_late_) on_late_(seq, world_peer);
   return Frame::Drop;
+}
+
+void CollectiveTracker::listen_stall(uint64_t seq, StallListener listener) {
+  auto run = running_.find(seq);
+  if (run != running_.end()) run->second.on_stall = std::move(listener);
+}
+
+void CollectiveTracker::on_stall_answer(uint32_t world_peer, const wire::StallAnswer &a) {
+  auto run = running_.find(a.coll_seq);
+  if (run == running_.end() || !run->second.on_stall) return;  // over since it asked
+  auto listener = run->second.on_stall;
+  listener(world_peer, a);
 }
 
 uint64_t CollectiveTracker::running_seq() const {

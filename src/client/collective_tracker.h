@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "core/status.h"
+#include "transport/codec.h"
 
 namespace nexar {
 
@@ -53,6 +54,12 @@ class CollectiveTracker {
   // fate and reports a mismatch (through on_mismatch or the late hook).
   Frame on_frame(uint64_t seq, uint32_t check, uint32_t world_peer);
 
+  // The stall report of running collective seq hears the members' answers
+  // through listener (dropped when the collective ends).
+  using StallListener = std::function<void(uint32_t world_peer, const wire::StallAnswer &)>;
+  void listen_stall(uint64_t seq, StallListener listener);
+  void on_stall_answer(uint32_t world_peer, const wire::StallAnswer &a);
+
   // What the stall report and the flight recorder read.
   uint64_t last_started() const { return last_started_; }
   uint64_t last_ended() const { return last_ended_; }
@@ -65,6 +72,7 @@ class CollectiveTracker {
     uint32_t check;
     const char *what;
     std::function<void(uint32_t)> on_mismatch;
+    StallListener on_stall;
   };
   LateMismatch on_late_;
   uint64_t last_started_ = 0;

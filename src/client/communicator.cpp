@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "client/flight_dump.h"
 #include "core/log.h"
 #include "engine/spawn.h"
 
@@ -18,7 +19,8 @@ Communicator::Communicator(std::shared_ptr<Client> client, uint64_t comm_id, uin
         // NEXAR_ERR_MISMATCH instead of timing out.
         announce_mismatch(seq, format("rank %u found that rank %d issued a different collective",
                                       rank_, rank_of_world(world_peer)));
-      }) {
+      }),
+      flight_(client_, comm_id_, rank_, world_of_) {
   if (owns_client)
     client_lease_ = std::shared_ptr<void>(nullptr, [e = client_](void *) { e->shutdown(); });
   if (client_->config().completion_mode == NEXAR_COMPLETION_POLLED)
@@ -83,11 +85,15 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
       numbering.lock();
       coll_seq = next_coll_seq_++;
     }
+    const uint64_t trace = fr::queued(flight_, seq, coll_seq, name);
     posted = client_->loop().post(
-        [this, seq, coll_seq, op_name, body = std::move(body), done, user_data, slot]() mutable {
+        [this, seq, coll_seq, trace, op_name, body = std::move(body), done, user_data,
+         slot]() mutable {
           auto op = std::make_unique<OpContext>(&client_->loop(), seq, op_name);
           OpContext *raw = op.release();  // owned by the running operation until deliver()
           raw->set_coll_seq(coll_seq);
+          raw->set_trace(trace);
+          fr::started(flight_, trace, coll_seq);
           active_.insert(raw);
           if (!ended_.ok())
             raw->fail(error(ended_.code, format("%s: %s", op_name.c_str(), ended_.message.c_str()),
@@ -100,6 +106,7 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
         },
         /*wake=*/!slot);
     if (!posted && collective) --next_coll_seq_;
+    if (!posted) fr::ended(flight_, trace, 0, NEXAR_ERR_CLOSED);
   }
   if (!posted) {
     tracker_->done();
@@ -119,8 +126,15 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
 
 void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
                            std::shared_ptr<BlockingSlot> slot) {
-  // The first failure recorded on the operation wins over what the body says.
-  if (op->failed()) s = op->status();
+  // The first failure recorded on the operation wins over what the body says,
+  // unless the body says that same failure and more (a timeout with its
+  // stall report).
+  const Status &first = op->status();
+  const bool extends = s.code == first.code && s.message.size() > first.message.size() &&
+                       s.message.compare(0, first.message.size(), first.message) == 0;
+  if (op->failed() && !extends) s = op->status();
+  fr::ended(flight_, op->trace(), op->coll_seq(), s.code);
+  if (s.code == NEXAR_ERR_TIMEOUT) flight_recorder_auto_dump("timeout");
   auto finish = [this, op, s = std::move(s), done, user_data, slot]() mutable {
     active_.erase(op);
     const uint64_t seq = op->seq();
@@ -176,6 +190,7 @@ void Communicator::on_remote_failure(const Status &s) {
     std::lock_guard<std::mutex> g(err_mu_);
     if (async_error_.ok()) async_error_ = s;
   }
+  if (s.code == NEXAR_ERR_PEER_FAILED) flight_recorder_auto_dump("peer failure");
   if (s.code == NEXAR_ERR_ABORTED) end(s);
 }
 

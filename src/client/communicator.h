@@ -15,6 +15,7 @@
 
 #include "client/client.h"
 #include "client/collective_tracker.h"
+#include "client/flight_recorder.h"
 #include "engine/completion_queue.h"
 #include "engine/task.h"
 #include "engine/wait.h"
@@ -51,6 +52,8 @@ class Communicator {
   PolledQueue *polled() { return polled_.get(); }
   // Loop thread only: this rank's record of the communicator's collectives.
   CollectiveTracker &collectives() { return collectives_; }
+  // This communicator's record in the flight recorder (any thread).
+  fr::FlightComm &flight() { return flight_; }
 
   // The coroutine of one operation, made on the loop thread.
   using Body = std::function<Task<Status>(OpContext *)>;
@@ -120,6 +123,7 @@ class Communicator {
   // Loop thread only.
   std::unordered_set<OpContext *> active_;
   CollectiveTracker collectives_;
+  fr::FlightComm flight_;
   uint64_t split_generation_ = 0;
   // Why this communicator can run no more operations (abort here or by a
   // peer, destroy); operations that start later fail with it at once instead

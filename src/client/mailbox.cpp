@@ -331,6 +331,16 @@ void Mailbox::end_collective(uint64_t comm_id, uint64_t seq) {
     queues_.erase(k);
 }
 
+int32_t Mailbox::waiting_on(uint64_t comm_id, uint64_t seq) const {
+  int32_t lowest = -1;
+  for (const auto &[k, q] : queues_)
+    if (k.kind == static_cast<uint8_t>(wire::FrameKind::Collective) && k.comm_id == comm_id &&
+        (k.tag >> 24) == seq && !q.posted.empty() &&
+        (lowest < 0 || k.peer < static_cast<uint32_t>(lowest)))
+      lowest = static_cast<int32_t>(k.peer);
+  return lowest;
+}
+
 void Mailbox::forget_connection(const QuicConnection *c) {
   for (auto &[raw, m] : live_)
     if (m->conn_ == c) m->conn_ = nullptr;

@@ -158,6 +158,9 @@ class Mailbox {
   // of it that nobody will receive any more are dropped.
   void begin_collective(uint64_t comm_id, uint64_t seq);
   void end_collective(uint64_t comm_id, uint64_t seq);
+  // The lowest world rank a receive of collective seq of comm_id is posted
+  // for and has had no byte yet, or -1 (what the stall report says it waits on).
+  int32_t waiting_on(uint64_t comm_id, uint64_t seq) const;
   // The connection is going away: buffered messages stop returning credit to it.
   void forget_connection(const QuicConnection *c);
   // The peer is gone (already recorded in the liveness): every receive
