@@ -201,13 +201,15 @@ impl Communicator {
     pub fn flight_recorder_dump(&self, path: Option<&std::path::Path>) -> Result<()> {
         use std::os::unix::ffi::OsStrExt;
         let c_path = match path {
-            Some(p) => Some(std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| {
-                self.error(
-                    Status::InvalidArgument,
-                    "flight_recorder_dump",
-                    "the path contains a NUL byte".to_string(),
-                )
-            })?),
+            Some(p) => Some(
+                std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+                    self.error(
+                        Status::InvalidArgument,
+                        "flight_recorder_dump",
+                        "the path contains a NUL byte".to_string(),
+                    )
+                })?,
+            ),
             None => None,
         };
         let raw_path = c_path.as_ref().map_or(ptr::null(), |p| p.as_ptr());
