@@ -970,8 +970,8 @@ NEXAR_API void nexar_rpc_response_free(nexar_rpc_response_t *response);
  * @param path  the file to write (replaced whole); NULL:
  *              NEXAR_FR_DUMP_DIR/nexar-fr-HOST-PID.json
  * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when path is NULL and
- *         NEXAR_FR_DUMP_DIR is unset or the file cannot be created
- *         (nexar_last_error says why)
+ *         NEXAR_FR_DUMP_DIR is unset or the file cannot be created;
+ *         NEXAR_ERR_INTERNAL when writing it fails (nexar_last_error says why)
  */
 NEXAR_API nexar_status_t nexar_flight_recorder_dump(nexar_comm_t *comm, const char *path);
 
