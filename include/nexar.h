@@ -970,6 +970,26 @@ NEXAR_API size_t nexar_rpc_response_size(const nexar_rpc_response_t *response);
  */
 NEXAR_API void nexar_rpc_response_free(nexar_rpc_response_t *response);
 
+/**
+ * Writes the flight recorder as JSON: the recent operations of comm (or of
+ * every communicator of this process when comm is NULL), each with its
+ * numbers, arguments, algorithm, state, status and timestamps, and per
+ * communicator its members, failed ranks, last queued / started / completed
+ * collective numbers and peers. The recorder keeps the last NEXAR_FR_ENTRIES
+ * operations of the process (default 2048, 0 turns it off); with
+ * NEXAR_FR_DUMP_DIR set it also dumps there by itself when an operation
+ * times out or a peer fails. `nexar-fr` merges the dumps of all ranks and
+ * prints where they diverge.
+ *
+ * @param comm  the communicator, or NULL for every communicator
+ * @param path  the file to write (replaced whole); NULL:
+ *              NEXAR_FR_DUMP_DIR/nexar-fr-HOST-PID.json
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when path is NULL and
+ *         NEXAR_FR_DUMP_DIR is unset or the file cannot be created;
+ *         NEXAR_ERR_INTERNAL when writing it fails (nexar_last_error says why)
+ */
+NEXAR_API nexar_status_t nexar_flight_recorder_dump(nexar_comm_t *comm, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

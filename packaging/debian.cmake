@@ -1,7 +1,7 @@
 # Debian packages through CPack (scripts/package-deb.sh builds them):
 #   libnexar0     the shared library (component runtime)
 #   libnexar-dev  nexar.h, the libnexar.so link and nexar.pc (component dev)
-#   nexar-tools   nexar-seed, nexar-run, nexar-bench and the demo (component tools)
+#   nexar-tools   nexar-seed, nexar-run, nexar-fr, nexar-bench and the demo (component tools)
 # Dependencies on other packages come from dpkg-shlibdeps; libnexar0 ships a
 # shlibs file and an ldconfig trigger. Every package's synopsis is the summary
 # below; the descriptions say what each holds. Each package carries the
@@ -53,8 +53,8 @@ set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "${nexar_exact}")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SUGGESTS "python3-matplotlib")
 set(CPACK_DEBIAN_TOOLS_DESCRIPTION
     "nexar-seed (the discovery server), nexar-run (the launcher), nexar-bench\n\
-(the benchmark, with its Open MPI and Gloo peers' sources) and\n\
-nexar-collectives-demo.")
+(the benchmark, with its Open MPI and Gloo peers' sources),\n\
+nexar-collectives-demo and nexar-fr (merges flight-recorder dumps).")
 
 # /usr/share/doc/PACKAGE/{copyright,changelog.Debian.gz} of every package.
 configure_file(${CMAKE_CURRENT_LIST_DIR}/debian/changelog.in debian/changelog @ONLY)

@@ -31,9 +31,6 @@ Client::Client(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
                                              cfg_.heartbeat_timeout_ms, cfg_.connect_timeout_ms,
                                              cfg_.heartbeat_interval_ms);
   shm_ = std::make_unique<ShmHost>(*this);
-  mailbox_->on_late_mismatch = [this](uint64_t comm_id, uint64_t seq, uint32_t peer) {
-    comms_.on_late_mismatch(comm_id, seq, peer);
-  };
 }
 
 Client::~Client() {

@@ -67,15 +67,6 @@ void CommRegistry::on_notice(uint32_t from, const Notice &notice) {
   }
 }
 
-void CommRegistry::on_late_mismatch(uint64_t comm_id, uint64_t seq, uint32_t peer) {
-  // Ranks still waiting in that collective then fail with NEXAR_ERR_MISMATCH
-  // instead of timing out.
-  for (Communicator *comm : list(comm_id))
-    comm->announce_mismatch(seq, format("rank %u found that rank %d issued a different "
-                                        "collective",
-                                        comm->rank(), comm->rank_of_world(peer)));
-}
-
 void CommRegistry::fail_all(const Status &s) {
   std::vector<Communicator *> all;
   for (const auto &[id, list] : comms_)

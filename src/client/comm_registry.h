@@ -27,9 +27,6 @@ class CommRegistry {
   Communicator *by_id(uint64_t comm_id) const;
   // World rank `from` sent a notice about one of this rank's communicators.
   void on_notice(uint32_t from, const Notice &notice);
-  // A frame of collective seq of comm_id arrived from world rank `peer` after
-  // it ended here with another check: every rank still in it must fail.
-  void on_late_mismatch(uint64_t comm_id, uint64_t seq, uint32_t peer);
   // A peer is gone: every communicator fails with s.
   void fail_all(const Status &s);
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "client/flight_dump.h"
 #include "core/log.h"
 #include "engine/spawn.h"
 
@@ -9,17 +10,33 @@ namespace nexar {
 
 Communicator::Communicator(std::shared_ptr<Client> client, uint64_t comm_id, uint32_t rank,
                            std::vector<uint32_t> world_of, bool owns_client)
-    : client_(std::move(client)), comm_id_(comm_id), rank_(rank), world_of_(std::move(world_of)) {
+    : client_(std::move(client)),
+      comm_id_(comm_id),
+      rank_(rank),
+      world_of_(std::move(world_of)),
+      collectives_([this](uint64_t seq, uint32_t world_peer) {
+        // Ranks still waiting in that collective then fail with
+        // NEXAR_ERR_MISMATCH instead of timing out.
+        announce_mismatch(seq, format("rank %u found that rank %d issued a different collective",
+                                      rank_, rank_of_world(world_peer)));
+      }),
+      flight_(client_, comm_id_, rank_, world_of_) {
   if (owns_client)
     client_lease_ = std::shared_ptr<void>(nullptr, [e = client_](void *) { e->shutdown(); });
   if (client_->config().completion_mode == NEXAR_COMPLETION_POLLED)
     polled_ = std::make_unique<PolledQueue>();
-  client_->loop().run_sync([this] { client_->register_comm(this); });
+  client_->loop().run_sync([this] {
+    client_->register_comm(this);
+    client_->mailbox().track(comm_id_, &collectives_);
+  });
 }
 
 Communicator::~Communicator() {
   close();
-  client_->loop().run_sync([this] { client_->unregister_comm(this); });
+  client_->loop().run_sync([this] {
+    client_->mailbox().untrack(comm_id_, &collectives_);
+    client_->unregister_comm(this);
+  });
   client_lease_.reset();  // the last holder shuts the engine down
 }
 
@@ -68,29 +85,28 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
       numbering.lock();
       coll_seq = next_coll_seq_++;
     }
+    const uint64_t trace = fr::queued(flight_, seq, coll_seq, name);
     posted = client_->loop().post(
-        [this, seq, coll_seq, op_name, body = std::move(body), done, user_data, slot]() mutable {
+        [this, seq, coll_seq, trace, op_name, body = std::move(body), done, user_data,
+         slot]() mutable {
           auto op = std::make_unique<OpContext>(&client_->loop(), seq, op_name);
           OpContext *raw = op.release();  // owned by the running operation until deliver()
           raw->set_coll_seq(coll_seq);
+          raw->set_trace(trace);
+          fr::started(flight_, trace, coll_seq);
           active_.insert(raw);
           if (!ended_.ok())
             raw->fail(error(ended_.code, format("%s: %s", op_name.c_str(), ended_.message.c_str()),
                             ended_.failed_rank));
-          if (coll_seq) {
-            if (coll_seq > started_coll_seq_) started_coll_seq_ = coll_seq;
-            auto early = early_mismatch_.find(coll_seq);
-            if (early != early_mismatch_.end()) {
-              raw->fail(early->second);
-              early_mismatch_.erase(early);
-            }
-          }
+          if (coll_seq)
+            if (auto early = collectives_.start(coll_seq)) raw->fail(*early);
           spawn(body(raw), [this, raw, done, user_data, slot](Status s) {
             deliver(raw, std::move(s), done, user_data, slot);
           });
         },
         /*wake=*/!slot);
     if (!posted && collective) --next_coll_seq_;
+    if (!posted) fr::ended(flight_, trace, 0, NEXAR_ERR_CLOSED);
   }
   if (!posted) {
     tracker_->done();
@@ -110,8 +126,15 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
 
 void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
                            std::shared_ptr<BlockingSlot> slot) {
-  // The first failure recorded on the operation wins over what the body says.
-  if (op->failed()) s = op->status();
+  // The first failure recorded on the operation wins over what the body says,
+  // unless the body says that same failure and more (a timeout with its
+  // stall report).
+  const Status &first = op->status();
+  const bool extends = s.code == first.code && s.message.size() > first.message.size() &&
+                       s.message.compare(0, first.message.size(), first.message) == 0;
+  if (op->failed() && !extends) s = op->status();
+  fr::ended(flight_, op->trace(), op->coll_seq(), s.code);
+  if (s.code == NEXAR_ERR_TIMEOUT) flight_recorder_auto_dump("timeout");
   auto finish = [this, op, s = std::move(s), done, user_data, slot]() mutable {
     active_.erase(op);
     const uint64_t seq = op->seq();
@@ -167,6 +190,7 @@ void Communicator::on_remote_failure(const Status &s) {
     std::lock_guard<std::mutex> g(err_mu_);
     if (async_error_.ok()) async_error_ = s;
   }
+  if (s.code == NEXAR_ERR_PEER_FAILED) flight_recorder_auto_dump("peer failure");
   if (s.code == NEXAR_ERR_ABORTED) end(s);
 }
 
@@ -179,15 +203,13 @@ void Communicator::end(const Status &why) {
 }
 
 void Communicator::on_collective_mismatch(uint64_t seq, const Status &s) {
-  if (seq <= started_coll_seq_) {
+  if (collectives_.started(seq)) {
     // Started here: fail it if it still runs (otherwise it already ended).
     for (OpContext *op : active_)
       if (op->coll_seq() == seq) op->fail(s);
     return;
   }
-  // Not started here yet: fail it when it starts. Bounded: one entry per
-  // announced future collective.
-  if (early_mismatch_.size() < 1024) early_mismatch_.emplace(seq, s);
+  collectives_.defer_mismatch(seq, s);  // not started here yet: fail it when it starts
 }
 
 void Communicator::announce_mismatch(uint64_t seq, const std::string &detail) {

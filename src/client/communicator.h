@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/collective_tracker.h"
+#include "client/flight_recorder.h"
 #include "engine/completion_queue.h"
 #include "engine/task.h"
 #include "engine/wait.h"
@@ -48,6 +50,10 @@ class Communicator {
   Client &client() { return *client_; }
   const Config &config() const { return client_->config(); }
   PolledQueue *polled() { return polled_.get(); }
+  // Loop thread only: this rank's record of the communicator's collectives.
+  CollectiveTracker &collectives() { return collectives_; }
+  // This communicator's record in the flight recorder (any thread).
+  fr::FlightComm &flight() { return flight_; }
 
   // The coroutine of one operation, made on the loop thread.
   using Body = std::function<Task<Status>(OpContext *)>;
@@ -116,9 +122,8 @@ class Communicator {
 
   // Loop thread only.
   std::unordered_set<OpContext *> active_;
-  // Mismatch notices for collectives this rank has not started yet.
-  std::unordered_map<uint64_t, Status> early_mismatch_;
-  uint64_t started_coll_seq_ = 0;
+  CollectiveTracker collectives_;
+  fr::FlightComm flight_;
   uint64_t split_generation_ = 0;
   // Why this communicator can run no more operations (abort here or by a
   // peer, destroy); operations that start later fail with it at once instead

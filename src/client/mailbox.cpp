@@ -250,17 +250,9 @@ Mailbox::~Mailbox() {
 MessageSink *Mailbox::on_message(const MsgKey &key, uint64_t length, uint32_t check,
                                  QuicConnection *conn, int64_t stream_id) {
   if (key.kind == static_cast<uint8_t>(wire::FrameKind::Collective)) {
-    const CollKey ck{key.comm_id, key.tag >> 24};
-    auto run = running_.find(ck);
-    if (run != running_.end()) {
-      if (run->second.check != check) {
-        auto notify = run->second.on_mismatch;  // may end the collective
-        notify(key.peer);
-      }
-    } else if (auto ended = ended_.find(ck); ended != ended_.end()) {
-      // A frame of a collective that is over here: nobody will receive it.
-      if (ended->second != check && on_late_mismatch)
-        on_late_mismatch(key.comm_id, ck.seq, key.peer);
+    auto t = trackers_.find(key.comm_id);
+    if (t != trackers_.end() &&
+        t->second->on_frame(key.tag >> 24, check, key.peer) == CollectiveTracker::Frame::Drop) {
       auto dropped = std::make_unique<Incoming>(this, key, length, check, conn, stream_id);
       dropped->discard_ = true;
       Incoming *raw = dropped.get();
@@ -298,35 +290,26 @@ void Mailbox::deliver_local(const MsgKey &key, const void *data, uint64_t length
   m->finish(true);
 }
 
-void Mailbox::begin_collective(uint64_t comm_id, uint64_t seq, uint32_t check,
-                               std::function<void(uint32_t)> on_mismatch) {
-  RunningCollective &run = running_[CollKey{comm_id, seq}];
-  run = RunningCollective{check, std::move(on_mismatch)};
+void Mailbox::untrack(uint64_t comm_id, const CollectiveTracker *t) {
+  auto it = trackers_.find(comm_id);
+  if (it != trackers_.end() && it->second == t) trackers_.erase(it);
+}
+
+void Mailbox::begin_collective(uint64_t comm_id, uint64_t seq) {
+  auto t = trackers_.find(comm_id);
+  if (t == trackers_.end()) return;
+  CollectiveTracker *tracker = t->second;
   for (auto &[k, q] : queues_) {
     if (k.kind != static_cast<uint8_t>(wire::FrameKind::Collective) || k.comm_id != comm_id ||
         (k.tag >> 24) != seq)
       continue;
-    for (Incoming *m : q.unexpected) {
-      if (m->check_ != check) {
-        auto notify = run.on_mismatch;  // may end the collective
-        notify(k.peer);
-        return;
-      }
-    }
+    for (Incoming *m : q.unexpected)
+      if (tracker->on_frame(seq, m->check_, k.peer) == CollectiveTracker::Frame::Mismatched)
+        return;  // reported once; the collective may have ended
   }
 }
 
 void Mailbox::end_collective(uint64_t comm_id, uint64_t seq) {
-  auto run = running_.find(CollKey{comm_id, seq});
-  if (run != running_.end()) {
-    ended_[run->first] = run->second.check;
-    ended_order_.push_back(run->first);
-    if (ended_order_.size() > 1024) {
-      ended_.erase(ended_order_.front());
-      ended_order_.pop_front();
-    }
-    running_.erase(run);
-  }
   std::vector<MsgKey> idle;
   for (auto &[k, q] : queues_) {
     if (k.kind != static_cast<uint8_t>(wire::FrameKind::Collective) || k.comm_id != comm_id ||
@@ -346,6 +329,16 @@ void Mailbox::end_collective(uint64_t comm_id, uint64_t seq) {
   }
   for (const MsgKey &k : idle)
     queues_.erase(k);
+}
+
+int32_t Mailbox::waiting_on(uint64_t comm_id, uint64_t seq) const {
+  int32_t lowest = -1;
+  for (const auto &[k, q] : queues_)
+    if (k.kind == static_cast<uint8_t>(wire::FrameKind::Collective) && k.comm_id == comm_id &&
+        (k.tag >> 24) == seq && !q.posted.empty() &&
+        (lowest < 0 || k.peer < static_cast<uint32_t>(lowest)))
+      lowest = static_cast<int32_t>(k.peer);
+  return lowest;
 }
 
 void Mailbox::forget_connection(const QuicConnection *c) {

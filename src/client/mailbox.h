@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/collective_tracker.h"
 #include "client/peer_liveness.h"
 #include "core/buffer_pool.h"
 #include "engine/wait.h"
@@ -147,17 +148,19 @@ class Mailbox {
                           int64_t stream_id);
   // A message to ourselves: delivered without the network.
   void deliver_local(const MsgKey &key, const void *data, uint64_t length, uint32_t check);
-  // A collective starts or ends on this engine. While it runs, any frame of
-  // the same (communicator, sequence number) whose check differs, whatever
-  // its step, means ranks issued different collectives: on_mismatch(peer)
-  // is called at once (also for such frames that arrived earlier). When it
-  // ends, frames of it that nobody will receive any more are dropped.
-  void begin_collective(uint64_t comm_id, uint64_t seq, uint32_t check,
-                        std::function<void(uint32_t peer)> on_mismatch);
+  // The collective tracker of each communicator on this engine, by id: it
+  // decides the fate of every collective frame (registered on the loop by
+  // the communicator; a later one of the same id replaces it).
+  void track(uint64_t comm_id, CollectiveTracker *t) { trackers_[comm_id] = t; }
+  void untrack(uint64_t comm_id, const CollectiveTracker *t);
+  // Collective seq of comm_id starts (its tracker already knows its check):
+  // frames of it that arrived earlier are checked now. When it ends, frames
+  // of it that nobody will receive any more are dropped.
+  void begin_collective(uint64_t comm_id, uint64_t seq);
   void end_collective(uint64_t comm_id, uint64_t seq);
-  // Called when a frame arrives for a collective that already ended here
-  // with another check (a peer ran something else): set by the engine.
-  std::function<void(uint64_t comm_id, uint64_t seq, uint32_t peer)> on_late_mismatch;
+  // The lowest world rank a receive of collective seq of comm_id is posted
+  // for and has had no byte yet, or -1 (what the stall report says it waits on).
+  int32_t waiting_on(uint64_t comm_id, uint64_t seq) const;
   // The connection is going away: buffered messages stop returning credit to it.
   void forget_connection(const QuicConnection *c);
   // The peer is gone (already recorded in the liveness): every receive
@@ -185,24 +188,7 @@ class Mailbox {
   // Owns every message from its first byte until it is consumed.
   std::unordered_map<Incoming *, std::unique_ptr<Incoming>> live_;
   std::unordered_map<uint32_t, uint64_t> unexpected_per_peer_;
-  struct RunningCollective {
-    uint32_t check;
-    std::function<void(uint32_t)> on_mismatch;
-  };
-  struct CollKey {
-    uint64_t comm_id, seq;
-    bool operator==(const CollKey &o) const { return comm_id == o.comm_id && seq == o.seq; }
-  };
-  struct CollKeyHash {
-    size_t operator()(const CollKey &k) const {
-      return static_cast<size_t>(k.comm_id * 0x9E3779B97F4A7C15ull ^ k.seq);
-    }
-  };
-  std::unordered_map<CollKey, RunningCollective, CollKeyHash> running_;
-  // Recently ended collectives and their checks: later frames of them are
-  // dropped (and reported when their check differs). Bounded, oldest out.
-  std::unordered_map<CollKey, uint32_t, CollKeyHash> ended_;
-  std::deque<CollKey> ended_order_;
+  std::unordered_map<uint64_t, CollectiveTracker *> trackers_;
   uint64_t buffered_total_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "client/peer_router.h"
 
 #include "client/client.h"
+#include "client/stall_exchange.h"
 #include "core/host.h"
 #include "core/log.h"
 
@@ -70,6 +71,10 @@ void PeerRouter::on_control(QuicConnection *c, std::span<const uint8_t> message)
         } else if constexpr (std::is_same_v<T, wire::Abort> ||
                              std::is_same_v<T, wire::CollectiveMismatch>) {
           client_.comms().on_notice(from, m);
+        } else if constexpr (std::is_same_v<T, wire::StallQuery>) {
+          on_stall_query(client_, from, m);
+        } else if constexpr (std::is_same_v<T, wire::StallAnswer>) {
+          on_stall_answer(client_, from, m);
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
           LOG_DEBUG("rank %u said goodbye", from);
         } else {

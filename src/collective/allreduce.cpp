@@ -362,6 +362,7 @@ Task<Status> allreduce(Coll &c) {
     else
       algo = Algo::HalvingDoubling;
   }
+  c.note_algorithm(kAllreduceAlgoNames[static_cast<int>(algo)]);
   switch (algo) {
     case Algo::RecursiveDoubling:
       co_return co_await recursive_doubling(c);

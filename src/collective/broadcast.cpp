@@ -216,6 +216,7 @@ Task<Status> broadcast(Coll &c) {
   Algo algo = static_cast<Algo>(forced.index);
   if (algo == Algo::Auto)
     algo = n >= 3 && bytes >= c.config().large_msg_bytes ? Algo::Chain : Algo::Binomial;
+  c.note_algorithm(kBroadcastAlgoNames[static_cast<int>(algo)]);
   if (algo == Algo::Binomial) co_return co_await binomial(c);
   if (algo == Algo::Chain) co_return co_await chain(c);
   co_return co_await scatter_allgather(c);

@@ -1,6 +1,7 @@
 #include "collective/coll.h"
 
 #include "client/transfer.h"
+#include "collective/stall_report.h"
 #include "core/clock.h"
 #include "core/dtype.h"
 #include "engine/spawn.h"
@@ -25,6 +26,18 @@ uint32_t descriptor_check(CollKind kind, const CollArgs &a, uint64_t seq) {
   mix(seq);
   const uint32_t c = static_cast<uint32_t>(h ^ (h >> 32));
   return c ? c : 1;  // 0 means "no check" (point-to-point)
+}
+
+// What the flight recorder keeps of a collective's arguments.
+void record(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &a) {
+  const bool rooted = kind == CollKind::Broadcast || kind == CollKind::Reduce ||
+                      kind == CollKind::Gather || kind == CollKind::Scatter;
+  bool relayed = false;
+  for (uint32_t r = 0; r < comm->size() && !relayed; ++r)
+    relayed = r != comm->rank() && !comm->client().peer(comm->world_rank_of(r)).direct();
+  fr::collective(op->trace(), coll_name(kind), a.dtype, a.op, a.count,
+                 uint64_t{a.count} * dtype_size(a.dtype),
+                 rooted ? static_cast<int32_t>(a.root) : -1, relayed ? "relay" : "quic");
 }
 
 }  // namespace
@@ -77,6 +90,7 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
       "%s #%llu (%s %llu.%llu s)", coll_name(kind), static_cast<unsigned long long>(op->coll_seq()),
       barrier ? "NEXAR_BARRIER_TIMEOUT_SECS" : "NEXAR_COLLECTIVE_TIMEOUT_SECS",
       static_cast<unsigned long long>(tenths / 10), static_cast<unsigned long long>(tenths % 10));
+  if (op->trace()) record(comm, op, kind, args);
 }
 
 Task<Status> Coll::send(uint32_t to, uint32_t step, const void *data, uint64_t bytes) {
@@ -86,12 +100,14 @@ Task<Status> Coll::send(uint32_t to, uint32_t step, const void *data, uint64_t b
 
 Task<Status> Coll::recv(uint32_t from, uint32_t step, void *data, uint64_t bytes) {
   heard_[from] = 1;
+  fr::waiting(op_->trace(), static_cast<int32_t>(from), step);
   return recv_from(scope(), envelope(from, step), data, bytes);
 }
 
 Task<Status> Coll::recv_reduce(uint32_t from, uint32_t step, void *data, const void *own,
                                uint64_t bytes, bool own_first) {
   heard_[from] = 1;
+  fr::waiting(op_->trace(), static_cast<int32_t>(from), step);
   return recv_from(scope(), envelope(from, step), data, bytes,
                    CombineOnArrival{static_cast<const uint8_t *>(own), args_.dtype, args_.op,
                                     esize_, own_first});
@@ -135,8 +151,9 @@ Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, Co
                             Task<Status> (*algorithm)(Coll &)) {
   Coll coll(comm, op, kind, args);
   Mailbox &box = comm->client().mailbox();
+  CollectiveTracker &tracker = comm->collectives();
   const uint64_t seq = coll.seq();
-  box.begin_collective(comm->comm_id(), seq, coll.check(), [comm, op, &coll](uint32_t world_peer) {
+  tracker.begin(seq, coll_name(kind), coll.check(), [comm, op, &coll](uint32_t world_peer) {
     const int32_t rank = comm->rank_of_world(world_peer);
     op->fail(error(NEXAR_ERR_MISMATCH,
                    format("%s: rank %d issued a different collective (operation, dtype, count or "
@@ -144,18 +161,24 @@ Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, Co
                           coll.what(), rank),
                    rank));
   });
+  box.begin_collective(comm->comm_id(), seq);
   // Ends the registration however the algorithm leaves (the callback above
   // refers to this frame).
   struct EndGuard {
+    CollectiveTracker &tracker;
     Mailbox &box;
     uint64_t comm_id, seq;
-    ~EndGuard() { box.end_collective(comm_id, seq); }
-  } guard{box, comm->comm_id(), seq};
+    ~EndGuard() {
+      tracker.end(seq);
+      box.end_collective(comm_id, seq);
+    }
+  } guard{tracker, box, comm->comm_id(), seq};
+  StallReport stall(coll, now_ns(), coll.deadline_ns());
   Status s = co_await algorithm(coll);
   if (s.ok() && !op->failed()) s = co_await coll.confirm();
   if (op->failed()) s = op->status();
   if (s.code == NEXAR_ERR_MISMATCH) comm->announce_mismatch(seq, s.message);
-  co_return s;
+  co_return stall.annotate(std::move(s));
 }
 
 }  // namespace nexar

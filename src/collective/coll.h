@@ -58,6 +58,11 @@ class Coll {
   // "allreduce #12": the prefix of every message this collective reports.
   const char *what() const { return what_.c_str(); }
   uint32_t check() const { return check_; }
+  CollKind kind() const { return kind_; }
+  // When the collective's timeout ends it (now_ns() clock).
+  uint64_t deadline_ns() const { return deadline_ns_; }
+  // Tells the flight recorder which algorithm runs ("ring").
+  void note_algorithm(const char *name) const { fr::algorithm(op_->trace(), name); }
 
   // Step numbers must differ between messages of one collective that travel
   // between the same two ranks (0 <= step < 2^24).

@@ -75,6 +75,9 @@ class OpContext {
   // The collective sequence number (0 for other operations).
   uint64_t coll_seq() const { return coll_seq_; }
   void set_coll_seq(uint64_t s) { coll_seq_ = s; }
+  // The operation's flight-recorder ticket (0: not recorded).
+  uint64_t trace() const { return trace_; }
+  void set_trace(uint64_t t) { trace_ = t; }
   const std::string &name() const { return name_; }
 
   // Zero-copy sends whose bytes the transport may still read: the operation's
@@ -94,6 +97,7 @@ class OpContext {
   EventLoop *loop_;
   uint64_t seq_;
   uint64_t coll_seq_ = 0;
+  uint64_t trace_ = 0;
   std::string name_;
   Status status_;
   Wait *head_ = nullptr;

@@ -213,6 +213,48 @@ struct ShmOffer {
     f("socket_name", m.socket_name);
   }
   bool operator==(const ShmOffer &) const = default;
+// A rank whose collective coll_seq of comm_id waits long asks the other
+// members what they are doing (the stall report); the engine answers, so a
+// rank whose application thread hangs still does.
+struct StallQuery {
+  static constexpr uint8_t kType = 0x30;
+  static constexpr std::string_view kName = "StallQuery";
+  uint64_t comm_id = 0;
+  uint64_t coll_seq = 0;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("comm_id", m.comm_id);
+    f("coll_seq", m.coll_seq);
+  }
+  bool operator==(const StallQuery &) const = default;
+};
+
+// The answer: the collective numbers this rank started and completed, the
+// one it runs (0: none) and what it is, and the world rank it waits on there
+// (-1: none).
+struct StallAnswer {
+  static constexpr uint8_t kType = 0x31;
+  static constexpr std::string_view kName = "StallAnswer";
+  uint64_t comm_id = 0;
+  uint64_t coll_seq = 0;
+  uint64_t last_started = 0;
+  uint64_t last_completed = 0;
+  uint64_t running_seq = 0;
+  std::string running_what;
+  int32_t waits_on = -1;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("comm_id", m.comm_id);
+    f("coll_seq", m.coll_seq);
+    f("last_started", m.last_started);
+    f("last_completed", m.last_completed);
+    f("running_seq", m.running_seq);
+    f("running_what", m.running_what);
+    f("waits_on", m.waits_on);
+  }
+  bool operator==(const StallAnswer &) const = default;
 };
 
 // ---- Join protocol: between a worker and the seed, on a join connection ----
@@ -339,7 +381,8 @@ struct JoinError {
 
 using ControlMessage =
     std::variant<Hello, HelloAck, Heartbeat, Abort, Goodbye, CollectiveMismatch, JoinChallenge,
-                 JoinRequest, JoinAdmitted, Welcome, MeshReady, JoinError, ShmOffer>;
+                 JoinRequest, JoinAdmitted, Welcome, MeshReady, JoinError, ShmOffer, StallQuery,
+                 StallAnswer>;
 
 // Exactly one of message / error is set.
 struct DecodeResult {

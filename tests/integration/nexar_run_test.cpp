@@ -71,6 +71,42 @@ TEST(Launcher, StopsEveryoneWhenOneRankFails) {
   EXPECT_TRUE(contains(run2.err(), "rank 1 was killed by signal 9")) << run2.dump();
 }
 
+// With --keep-going a failed rank is named (exit status or signal) and the
+// others run on to their end; nexar-run still exits with the first failure.
+TEST(Launcher, KeepGoingLeavesTheSurvivorsRunning) {
+  TempDir dir;
+  const std::string marks = dir / "mark";
+  // Rank 1 exits 3, rank 2 is killed by SIGKILL; rank 0 waits until both
+  // are gone, lingers (the default would stop it now), then finishes.
+  const std::string script =
+      "case $NEXAR_RANK in "
+      "1) touch " +
+      marks +
+      "1; exit 3;; "
+      "2) while [ ! -e " +
+      marks + "1 ]; do sleep 0.05; done; touch " + marks +
+      "2; kill -9 $$;; "
+      "*) while [ ! -e " +
+      marks + "2 ]; do sleep 0.05; done; sleep 1; echo SURVIVED;; esac";
+  Proc run(dir, "run",
+           {NEXAR_RUN_BIN, "-n", "3", "--keep-going", "--formation-timeout", "30", "--", "/bin/sh",
+            "-c", script},
+           {});
+  ASSERT_TRUE(run.wait(60)) << run.dump();
+  EXPECT_EQ(run.code(), 3) << run.dump();
+  EXPECT_TRUE(contains(run.out(), "[r0] SURVIVED")) << run.dump();
+  EXPECT_TRUE(
+      contains(run.err(), "exited with status 3; the other ranks keep running (--keep-going)"))
+      << run.dump();
+  EXPECT_TRUE(
+      std::regex_search(run.err(), std::regex("rank 2 \\(pid [0-9]+\\) was killed by signal 9 "
+                                              "\\(Killed\\); the other ranks keep running")))
+      << run.dump();
+  EXPECT_TRUE(
+      contains(run.err(), "failed: rank 1 exited with status 3 first; 2 rank(s) failed in all"))
+      << run.dump();
+}
+
 namespace {
 
 // "0-2,5" (a /proc Cpus_allowed_list) as a set.

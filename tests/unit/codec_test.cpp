@@ -70,6 +70,14 @@ std::vector<ControlMessage> samples() {
       CollectiveMismatch{},
       CollectiveMismatch{9, 100, "rank 0: allreduce(f32, 1024), rank 1: broadcast(root 0)"},
       CollectiveMismatch{kU64Max, kU64Max, max_str},
+      StallQuery{},
+      StallQuery{kU64Max, 12},
+      StallAnswer{},
+      StallAnswer{7, 12, 11, 10, 11, "allreduce", 3},
+      StallAnswer{kU64Max, kU64Max, kU64Max, kU64Max, kU64Max, max_str, -1},
+      ShmOffer{},
+      ShmOffer{1, "boot/4026531840/1000", 4242, "nexar-shm-0123456789abcdef01234567"},
+      ShmOffer{255, max_str, kU32Max, binary},
   };
 }
 

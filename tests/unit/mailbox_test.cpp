@@ -126,20 +126,33 @@ TEST_F(Fixture, RunningCollectiveSeesMismatchAtAnyStep) {
     s->finish(true);
   };
   std::vector<uint32_t> seen;
-  box.begin_collective(7, 3, 1111, [&](uint32_t peer) { seen.push_back(peer); });
+  std::vector<std::pair<uint64_t, uint32_t>> late;
+  CollectiveTracker tracker([&](uint64_t seq, uint32_t peer) { late.emplace_back(seq, peer); });
+  box.track(7, &tracker);
+  tracker.begin(3, "allreduce", 1111, [&](uint32_t peer) { seen.push_back(peer); });
+  box.begin_collective(7, 3);
   frame(3, 5, 1111, 2);  // same collective, any step: fine
   EXPECT_TRUE(seen.empty());
   frame(3, 9, 2222, 4);  // another check at a step nobody waits for
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0], 4u);
   frame(4, 0, 3333, 5);  // an early frame of the next collective, different check
+  tracker.end(3);
   box.end_collective(7, 3);
   EXPECT_EQ(box.keys(), 1u) << "frames of the ended collective are dropped, others kept";
-  box.begin_collective(7, 4, 4444, [&](uint32_t peer) { seen.push_back(peer); });
+  tracker.begin(4, "allreduce", 4444, [&](uint32_t peer) { seen.push_back(peer); });
+  box.begin_collective(7, 4);
   ASSERT_EQ(seen.size(), 2u) << "a frame that arrived before the collective started counts";
   EXPECT_EQ(seen[1], 5u);
+  tracker.end(4);
   box.end_collective(7, 4);
   EXPECT_EQ(box.keys(), 0u);
+  frame(4, 1, 4444, 6);  // a late frame of the ended collective, same check: dropped
+  EXPECT_TRUE(late.empty());
+  frame(4, 2, 5555, 6);  // a late frame with another check: dropped and reported
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0], std::make_pair(uint64_t{4}, 6u));
+  EXPECT_EQ(box.keys(), 0u) << "late frames are never buffered";
   EXPECT_EQ(box.buffered_bytes(), 0u);
 }
 

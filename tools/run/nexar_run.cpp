@@ -2,7 +2,7 @@
 //
 //   nexar-run -n N [--host-file F] [--listen HOST:PORT] [--grace S]
 //             [--formation-timeout S] [--bind-to none|core|hwthread]
-//             -- program [args...]
+//             [--keep-going] -- program [args...]
 //
 // It starts an embedded seed (on 127.0.0.1 for a local run) with a fresh
 // random cluster token, starts the N ranks with NEXAR_SEED, NEXAR_RANK,
@@ -11,6 +11,8 @@
 // rank ("[r3] ..."), and shows the formation progress on one line of stderr.
 // If a rank exits non-zero or is killed, the others get SIGTERM, then SIGKILL
 // after the grace period, and nexar-run exits non-zero naming that rank.
+// With --keep-going the others keep running (a fault-tolerant program can
+// shrink its communicator and go on); every failed rank is still named.
 //
 // With --host-file (lines "host [slots=K]"), ranks go to hosts in order; the
 // ranks of this host are started here and, for the others, the command to
@@ -75,7 +77,7 @@ void usage(FILE *f) {
   fprintf(f,
           "usage: %s -n N [--host-file F] [--listen HOST:PORT] [--grace SECONDS]\n"
           "                 [--formation-timeout SECONDS] [--bind-to none|core|hwthread]\n"
-          "                 -- program [args...]\n"
+          "                 [--keep-going] -- program [args...]\n"
           "\n"
           "  -n N                     number of ranks (with --host-file: default = its slots)\n"
           "  --host-file F            lines \"host [slots=K]\"; ranks of other hosts are printed\n"
@@ -89,7 +91,9 @@ void usage(FILE *f) {
           "  --bind-to W              pin local rank i to the i-th core (core) or hardware\n"
           "                           thread (hwthread) this process may use, wrapping when\n"
           "                           ranks outnumber them; none (default) leaves placement\n"
-          "                           to the scheduler\n",
+          "                           to the scheduler\n"
+          "  --keep-going             when a rank fails, leave the others running (default:\n"
+          "                           stop them)\n",
           g_name);
 }
 
@@ -247,6 +251,7 @@ int main(int argc, char **argv) {
   }
   long n = -1;
   double grace = 5.0, formation = -1;
+  bool keep_going = false;
   std::string host_file, listen;
   nexar_run::BindTo bind_to = nexar_run::BindTo::kNone;
   int i = 1;
@@ -284,6 +289,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: --bind-to %s: expected none, core or hwthread\n", g_name, v.c_str());
         return 2;
       }
+    } else if (a == "--keep-going") {
+      keep_going = true;
     } else if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
@@ -490,7 +497,7 @@ int main(int argc, char **argv) {
   // Watch: output, exits, formation, signals.
   const auto started = std::chrono::steady_clock::now();
   int failed_rank = -1, failed_status = 0;
-  uint32_t stopped = 0;
+  uint32_t stopped = 0, failures = 0;
   bool stopping = false, killed = false, seed_stopped = false, announced = false;
   auto stop_at = std::chrono::steady_clock::time_point::max();
   auto stop_others = [&](int sig) {
@@ -550,7 +557,15 @@ int main(int argc, char **argv) {
       rk.running = false;
       rk.status = st;
       const bool bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-      if (bad && failed_rank < 0 && !stopping) {
+      if (bad && keep_going && !stopping) {
+        if (failed_rank < 0) {
+          failed_rank = static_cast<int>(rk.rank);
+          failed_status = st;
+        }
+        ++failures;
+        out.note("rank " + std::to_string(rk.rank) + " (pid " + std::to_string(rk.pid) + ") " +
+                 describe_status(st) + "; the other ranks keep running (--keep-going)");
+      } else if (bad && failed_rank < 0 && !stopping) {
         failed_rank = static_cast<int>(rk.rank);
         failed_status = st;
         out.note("rank " + std::to_string(rk.rank) + " (pid " + std::to_string(rk.pid) + ") " +
@@ -612,8 +627,12 @@ int main(int argc, char **argv) {
   if (seed) nexar_seed_stop(seed);
 
   if (failed_rank >= 0) {
-    fprintf(stderr, "%s: failed: rank %d %s; %u other rank(s) stopped\n", g_name, failed_rank,
-            describe_status(failed_status).c_str(), stopped);
+    if (keep_going)
+      fprintf(stderr, "%s: failed: rank %d %s first; %u rank(s) failed in all, the others ran on\n",
+              g_name, failed_rank, describe_status(failed_status).c_str(), failures);
+    else
+      fprintf(stderr, "%s: failed: rank %d %s; %u other rank(s) stopped\n", g_name, failed_rank,
+              describe_status(failed_status).c_str(), stopped);
     if (WIFEXITED(failed_status)) return WEXITSTATUS(failed_status);
     if (WIFSIGNALED(failed_status)) return 128 + WTERMSIG(failed_status);
     return 1;

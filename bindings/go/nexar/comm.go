@@ -222,6 +222,20 @@ type Stats struct {
 	SHMBytesReceived    uint64 // payload bytes read from peers' shared memory
 }
 
+// FlightRecorderDump writes this communicator's recent operations as JSON to
+// path ("" means NEXAR_FR_DUMP_DIR/nexar-fr-HOST-PID.json); nexar-fr merges
+// the dumps of all ranks and prints where they diverge.
+func (c *Comm) FlightRecorderDump(path string) error {
+	var cpath *C.char
+	if path != "" {
+		cpath = C.CString(path)
+		defer C.free(unsafe.Pointer(cpath))
+	}
+	return c.callC("flight_recorder_dump", func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_status_t {
+		return C.gx_flight_recorder_dump(h, cpath, e)
+	})
+}
+
 // Stats returns the engine's counters (nexar_comm_get_stats).
 func (c *Comm) Stats() (Stats, error) {
 	var s C.nexar_stats_t

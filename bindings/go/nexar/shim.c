@@ -163,6 +163,10 @@ nexar_status_t gx_abort(nexar_comm_t *c, gx_err *err) {
   return fail(nexar_comm_abort(c), err);
 }
 
+nexar_status_t gx_flight_recorder_dump(nexar_comm_t *c, const char *path, gx_err *err) {
+  return fail(nexar_flight_recorder_dump(c, path), err);
+}
+
 nexar_status_t gx_stats(nexar_comm_t *c, nexar_stats_t *stats, gx_err *err) {
   memset(stats, 0, sizeof *stats);
   stats->struct_size = sizeof *stats;

@@ -83,6 +83,9 @@ nexar_status_t gx_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms, int32_t *en
 nexar_status_t gx_abort(nexar_comm_t *comm, gx_err *err);
 nexar_status_t gx_stats(nexar_comm_t *comm, nexar_stats_t *stats, gx_err *err);
 
+/* nexar_flight_recorder_dump; path NULL: into NEXAR_FR_DUMP_DIR. */
+nexar_status_t gx_flight_recorder_dump(nexar_comm_t *comm, const char *path, gx_err *err);
+
 /* enable != 0 sends nexar's log lines to Go's goNexarLog; 0 restores stderr. */
 nexar_status_t gx_set_log(int enable, gx_err *err);
 

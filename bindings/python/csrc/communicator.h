@@ -169,6 +169,21 @@ class Communicator {
     return d;
   }
 
+  // Writes the flight recorder of this communicator (path None: into
+  // NEXAR_FR_DUMP_DIR).
+  void flight_recorder_dump(py::object path) {
+    std::shared_lock<std::shared_mutex> g(mu_);
+    if (!h_) raise_closed("flight_recorder_dump");
+    const std::string p = path.is_none() ? std::string() : path.cast<std::string>();
+    nexar_status_t st;
+    {
+      py::gil_scoped_release nogil;
+      st = nexar_flight_recorder_dump(h_, path.is_none() ? nullptr : p.c_str());
+    }
+    if (st != NEXAR_OK)
+      raise_nexar(st, -1, nexar_last_error_message(), "flight_recorder_dump", rank_);
+  }
+
   py::object async_error() {
     std::shared_lock<std::shared_mutex> g(mu_);
     if (!h_) return py::none();

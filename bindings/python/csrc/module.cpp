@@ -82,6 +82,10 @@ returns a Request.)doc");
       .def("stats", &Communicator::stats, "Counters of this rank's engine, as a dict.")
       .def("async_error", &Communicator::async_error,
            "A NexarError describing a failure found in the background, or None.")
+      .def("flight_recorder_dump", &Communicator::flight_recorder_dump,
+           py::arg("path") = py::none(),
+           "Write this communicator's recent operations as JSON to path (None: into "
+           "NEXAR_FR_DUMP_DIR); nexar-fr merges the dumps of all ranks.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](Communicator &c, py::args) { c.close(); })
       .def("__repr__",
@@ -103,6 +107,19 @@ returns a Request.)doc");
   bind_creation(m);
   bind_seed(m);
 
+  m.def(
+      "_flight_recorder_dump_all",
+      [](py::object path) {
+        const std::string p = path.is_none() ? std::string() : path.cast<std::string>();
+        nexar_status_t st;
+        {
+          py::gil_scoped_release nogil;
+          st = nexar_flight_recorder_dump(nullptr, path.is_none() ? nullptr : p.c_str());
+        }
+        if (st != NEXAR_OK)
+          raise_nexar(st, -1, nexar_last_error_message(), "flight_recorder_dump", -1);
+      },
+      py::arg("path") = py::none());
   m.def("_dispatch_loop", &dispatch_loop);
   m.def("_dispatch_stop", &dispatch_stop);
   m.def(

@@ -41,6 +41,7 @@ __all__ = [
     "TLSError", "AuthError", "ProtocolError", "OutOfMemoryError", "NexarIOError",
     "UnsupportedError", "NotFoundError", "WouldDeadlockError", "InternalError",
     "RpcNotRegisteredError", "RpcFailedError",
+    "flight_recorder_dump",
 ]
 __version__ = "0.1.0"
 
@@ -64,6 +65,17 @@ def version() -> str:
 # ---- Communicators (every one is closed at exit: _support.track) ------------------
 
 _from_env: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+
+
+def flight_recorder_dump(comm: "Communicator | None" = None, path: "str | None" = None) -> None:
+    """Write the flight recorder as JSON: comm's recent operations, or those of
+    every communicator of this process when comm is None, to path (None: into
+    NEXAR_FR_DUMP_DIR as nexar-fr-HOST-PID.json). ``nexar-fr`` merges the
+    dumps of all ranks and prints where they diverge."""
+    if comm is None:
+        _nexar._flight_recorder_dump_all(path)
+    else:
+        comm.flight_recorder_dump(path)
 
 
 def bootstrap_local(world_size: int, **options: Any) -> List[Communicator]:

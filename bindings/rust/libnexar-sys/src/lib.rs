@@ -494,6 +494,10 @@ extern "C" {
     pub fn nexar_rpc_response_data(response: *const nexar_rpc_response_t) -> *const c_void;
     pub fn nexar_rpc_response_size(response: *const nexar_rpc_response_t) -> usize;
     pub fn nexar_rpc_response_free(response: *mut nexar_rpc_response_t);
+    pub fn nexar_flight_recorder_dump(
+        comm: *mut nexar_comm_t,
+        path: *const c_char,
+    ) -> nexar_status_t;
 }
 
 #[cfg(test)]

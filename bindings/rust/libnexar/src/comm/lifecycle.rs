@@ -195,6 +195,30 @@ impl Communicator {
         Ok(Stats::from(s))
     }
 
+    /// Writes this communicator's recent operations (the flight recorder) as
+    /// JSON to `path`, or into `NEXAR_FR_DUMP_DIR` when `path` is `None`;
+    /// `nexar-fr` merges the dumps of all ranks and prints where they diverge.
+    pub fn flight_recorder_dump(&self, path: Option<&std::path::Path>) -> Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let c_path = match path {
+            Some(p) => Some(
+                std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+                    self.error(
+                        Status::InvalidArgument,
+                        "flight_recorder_dump",
+                        "the path contains a NUL byte".to_string(),
+                    )
+                })?,
+            ),
+            None => None,
+        };
+        let raw_path = c_path.as_ref().map_or(ptr::null(), |p| p.as_ptr());
+        // SAFETY: a live handle; raw_path is NULL or a NUL-terminated string
+        // that outlives the call.
+        let st = unsafe { sys::nexar_flight_recorder_dump(self.as_raw(), raw_path) };
+        self.check("flight_recorder_dump", st)
+    }
+
     /// A new communicator of the ranks that passed the same `color`, ordered
     /// by (`key`, rank). Collective: every rank calls it.
     pub fn split(&self, color: u32, key: u32) -> Result<Communicator> {
