@@ -17,7 +17,7 @@ scripts/install-deps.sh clang libclang-rt-14-dev llvm python3
 harnesses=("$@")
 if [ ${#harnesses[@]} -eq 0 ]; then
   harnesses=(control_codec join_messages frame_header relay_frame stream_frame_scan
-             receive_framer rpc_frames)
+             receive_framer rpc_frames shm_ring)
 fi
 
 # The library comes from the release build (build/, gcc, as scripts/build.sh
@@ -51,7 +51,8 @@ read -r -a libs < <(ninja -C build -t commands tests/fuzz/fuzz_replay_control_co
 san=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 flags=(-std=c++20 -O1 -g -Wall -Wextra "${san[@]}" "${defs[@]}" -Itests/fuzz)
 decoders=(transport/codec transport/frame transport/stream_frame_scan transport/receive_framer
-          transport/socket_address transport/tls_credentials cluster/join core/log)
+          transport/socket_address transport/tls_credentials cluster/join core/log
+          transport/shm_channel transport/shm_segment)
 objs=()
 for d in "${decoders[@]}"; do
   o="$dir/obj/${d//\//_}.o"

@@ -112,6 +112,7 @@ int control_and_join() {
       {"welcome", wire::Welcome{1, 2, 77, ca_pem, cert_pem, {"127.0.0.1:3999", "127.0.0.1:4000"}}},
       {"mesh_ready", wire::MeshReady{1}},
       {"join_error", wire::JoinError{-5, 2, "rank 2 is gone\nforged line"}},
+      {"shm_offer", wire::ShmOffer{1, "boot/4026531840/1000", 4242, "nexar-shm-00ff"}},
   };
   for (const auto &[name, m] : msgs) {
     const Bytes enc = wire::encode_control(m);
@@ -166,6 +167,16 @@ void frames() {
   put("relay_frame", "ack", cat({header(FrameKind::Relay, 32), prefix(wire::kRelayAck, 0, 0)}));
   put("relay_frame", "rank_lost",
       cat({header(FrameKind::Relay, 32), prefix(wire::kRelayRankLost, 0, 3)}));
+  // shm_ring scripts: a byte n (not a multiple of 5), then n bytes written
+  // into the ring and published.
+  auto write_op = [](const Bytes &b) { return cat({Bytes{static_cast<uint8_t>(b.size())}, b}); };
+  put("shm_ring", "p2p_then_collective",
+      cat({write_op(header(FrameKind::P2P, 99)), write_op(Bytes(99, 0x5a)),
+           write_op(header(FrameKind::Collective, 0, 0x1234))}));
+  Bytes big;
+  for (int i = 0; i < 40; ++i)
+    big = cat({big, write_op(Bytes(251, static_cast<uint8_t>(i)))});
+  put("shm_ring", "wraps_the_ring", cat({write_op(header(FrameKind::RpcRequest, 40 * 251, 7)), big}));
 }
 
 // QUIC payloads: [2 bytes held back][frames].
