@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "client/communicator.h"
+#include "client/failure_notice.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -136,11 +137,12 @@ void Client::fail_unreachable(uint32_t world_rank, const Status &s) {
   fail_peer(world_rank, s);
 }
 
-void Client::fail_peer(uint32_t world_rank, const Status &s) {
-  liveness_.mark_failed(world_rank, s);
+bool Client::fail_peer(uint32_t world_rank, const Status &s) {
+  const bool first = liveness_.mark_failed(world_rank, s);
   mailbox_->fail_peer(world_rank, s);
   if (rpc_) rpc_->fail_peer(world_rank, s);
-  comms_.fail_all(s);
+  if (first) comms_.peer_failed(world_rank, s);
+  return first;
 }
 
 void Client::unregister_comm(Communicator *c) {
@@ -189,7 +191,10 @@ void Client::connection_closed(QuicConnection *c, const Status &why) {
       LOG_INFO("rank %u left: %s", r, s.message.c_str());
     else if (was_ready)
       LOG_WARN("lost rank %u: %s", r, s.message.c_str());
-    fail_peer(r, s);
+    // A peer that closed told everyone itself; one found dead here is
+    // announced, so that every survivor names it.
+    if (fail_peer(r, s) && was_ready && c->close_cause() != QuicConnection::CloseCause::PeerClosed)
+      announce_failure(*this, r, s);
     // Relayed waits through it, and ranks only reachable through it.
     relay_->on_neighbour_lost(r, c, s);
     if (!was_ready) {

@@ -88,6 +88,8 @@ class Client {
   // world_rank cannot be reached any more (a relay on its route was lost).
   void fail_unreachable(uint32_t world_rank, const Status &s);
   void register_comm(Communicator *c) { comms_.add(c); }
+  // Another rank declared world_rank failed (client/failure_notice.h).
+  void declare_failed(uint32_t world_rank, const Status &s) { fail_peer(world_rank, s); }
   void unregister_comm(Communicator *c);
 
   // ---- formation and connection events (loop thread) ----
@@ -107,8 +109,9 @@ class Client {
  private:
   // The rest of start/start_on once the socket is ready (socket: how that went).
   Status start_threads(const Status &socket);
-  // world_rank is gone: its receives, RPC calls and communicators fail with s.
-  void fail_peer(uint32_t world_rank, const Status &s);
+  // world_rank is gone: its receives, RPC calls and communicators fail with
+  // s. False if it was known to be gone already.
+  bool fail_peer(uint32_t world_rank, const Status &s);
   void notify_formation();
 
   Identity id_;

@@ -19,7 +19,8 @@ class Communicator;
 
 class CommRegistry {
  public:
-  using Notice = std::variant<wire::Abort, wire::CollectiveMismatch>;
+  using Notice = std::variant<wire::Abort, wire::CollectiveMismatch, wire::CommLeft, wire::Revoke,
+                              wire::AgreeMsg>;
 
   void add(Communicator *c);
   void remove(Communicator *c);
@@ -30,8 +31,9 @@ class CommRegistry {
   // A frame of collective seq of comm_id arrived from world rank `peer` after
   // it ended here with another check: every rank still in it must fail.
   void on_late_mismatch(uint64_t comm_id, uint64_t seq, uint32_t peer);
-  // A peer is gone: every communicator fails with s.
-  void fail_all(const Status &s);
+  // World rank world_rank is gone: every communicator records s as its
+  // async error, and those it belongs to count it as a failed member.
+  void peer_failed(uint32_t world_rank, const Status &s);
 
  private:
   // Copies: a handler may add or remove communicators while it runs.

@@ -14,11 +14,14 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/comm_faults.h"
 #include "engine/completion_queue.h"
 #include "engine/task.h"
 #include "engine/wait.h"
 
 namespace nexar {
+
+class Agreement;
 
 class Communicator {
  public:
@@ -59,8 +62,16 @@ class Communicator {
   // in the same order); body receives that number as op->coll_seq().
   Status submit_collective(const char *name, Body body, nexar_done_fn done, void *user_data,
                            uint64_t *seq_out = nullptr);
+  // An operation that works on a revoked communicator and with failed
+  // members (agree, shrink): only abort and destroy end it.
+  Status submit_fault_tolerant(const char *name, Body body, nexar_done_fn done, void *user_data,
+                               uint64_t *seq_out = nullptr);
   // Fails every operation in flight now and tells the peers.
   void abort();
+  // Revokes the communicator here and at every live member (any thread).
+  void revoke();
+  // Failures, revocation, agreement (comm_faults.h; parts are any thread).
+  CommFaults &faults() { return faults_; }
   // Completes everything pending with NEXAR_ERR_CLOSED and waits until every
   // callback has run.
   void close();
@@ -70,7 +81,7 @@ class Communicator {
   // completion thread, or nexar_comm_poll), counted like an operation's
   // callback so that destroy waits for it. Returns false (fn will not run)
   // once the communicator is aborted or closed.
-  bool post_callback(nexar_done_fn fn, void *user_data);
+  bool post_callback(nexar_done_fn fn, void *user_data, const Status &s = Status());
   // A peer aborted this communicator, or a connection died.
   void on_remote_failure(const Status &s);
   // A peer found that ranks issued different collectives at number seq.
@@ -80,19 +91,32 @@ class Communicator {
   // The split generation for the next split (splits start in collective
   // order, so every rank draws the same numbers).
   uint64_t next_split_generation() { return split_generation_++; }
+  // Member `rank` failed or left (cause says which); left_after: the last
+  // collective it started before leaving (0: none may still finish).
+  void on_member_failed(uint32_t rank, const Status &cause, uint64_t left_after = 0);
+  // This rank or a member revoked the communicator.
+  void on_revoked();
+  // The agreements of this communicator (client/agreement.h).
+  Agreement &agreement() { return *agreement_; }
+  // Sends m to every member this rank does not know to have failed.
+  void send_to_members(const wire::ControlMessage &m);
   Status async_error() const;
   // Valid until the communicator is destroyed (the first async error is kept).
   const char *async_error_message() const;
 
  private:
   Status submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
-                   bool collective, uint64_t *seq_out);
+                   bool collective, uint64_t *seq_out, bool fault_tolerant = false);
+  // Why a starting operation may not run (revoked, a failed member), or ok.
+  Status refusal(const OpContext *op, bool fault_tolerant) const;
+  // Fails the operations in flight that the failure of `rank` ends.
+  void fail_for_member(uint32_t rank, const Status &why);
   void deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
                std::shared_ptr<BlockingSlot> slot);
   void wait_idle();
   // Loop thread: records why (the first reason, or destroy) and fails every
   // operation in flight with it.
-  void end(const Status &why);
+  void end(const Status &why, bool spare_fault_tolerant = false);
 
   std::shared_ptr<Client> client_;
   uint64_t comm_id_;
@@ -116,6 +140,10 @@ class Communicator {
 
   // Loop thread only.
   std::unordered_set<OpContext *> active_;
+  // Operations that survive revocation and member failures (agree, shrink).
+  std::unordered_set<const OpContext *> fault_tolerant_;
+  CommFaults faults_;
+  std::unique_ptr<Agreement> agreement_;
   // Mismatch notices for collectives this rank has not started yet.
   std::unordered_map<uint64_t, Status> early_mismatch_;
   uint64_t started_coll_seq_ = 0;

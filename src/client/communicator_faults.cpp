@@ -1,0 +1,72 @@
+// Communicator: member failures and revocation (the rest is communicator.cpp).
+// A failed member stops every collective (none takes a step with it), a
+// revoked communicator every operation but agree, shrink, abort and destroy.
+#include "client/agreement.h"
+#include "client/communicator.h"
+#include "core/log.h"
+
+namespace nexar {
+
+Status Communicator::refusal(const OpContext *op, bool fault_tolerant) const {
+  if (fault_tolerant) return {};
+  if (faults_.revoked())
+    return error(NEXAR_ERR_REVOKED,
+                 format("%s: the communicator was revoked (rank %u)", op->name().c_str(), rank_));
+  if (op->coll_seq() == 0) return {};
+  if (const CommFaults::Failed *f = faults_.blocking(op->coll_seq()))
+    return error(NEXAR_ERR_PEER_FAILED,
+                 format("%s: rank %u of the communicator failed: %s", op->name().c_str(), f->rank,
+                        f->cause.message.c_str()),
+                 static_cast<int32_t>(f->rank));
+  return {};
+}
+
+void Communicator::fail_for_member(uint32_t rank, const Status &why) {
+  for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end())) {
+    if (fault_tolerant_.count(op) || op->coll_seq() == 0) continue;
+    if (const CommFaults::Failed *f = faults_.blocking(op->coll_seq()); !f || f->rank != rank)
+      continue;
+    op->fail(error(NEXAR_ERR_PEER_FAILED,
+                   format("%s: rank %u of the communicator failed: %s", op->name().c_str(), rank,
+                          why.message.c_str()),
+                   static_cast<int32_t>(rank)));
+  }
+}
+
+void Communicator::on_member_failed(uint32_t rank, const Status &cause, uint64_t left_after) {
+  if (rank >= size() || rank == rank_) return;
+  Status c = cause;
+  c.failed_rank = static_cast<int32_t>(rank);
+  if (c.code == NEXAR_OK) c.code = NEXAR_ERR_PEER_FAILED;
+  if (!faults_.add(rank, c, left_after)) return;
+  LOG_DEBUG("communicator %llx: rank %u failed: %s", static_cast<unsigned long long>(comm_id_),
+            rank, c.message.c_str());
+  fail_for_member(rank, c);
+  agreement().on_member_failed(rank);
+  nexar_done_fn hook = nullptr;
+  void *hook_data = nullptr;
+  faults_.hook(&hook, &hook_data);
+  if (hook) post_callback(hook, hook_data, c);
+}
+
+void Communicator::on_revoked() {
+  if (!faults_.set_revoked()) return;
+  for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
+    if (!fault_tolerant_.count(op))
+      op->fail(
+          error(NEXAR_ERR_REVOKED, format("%s: the communicator was revoked", op->name().c_str())));
+  // Every member forwards the first notice it sees: the revocation reaches
+  // every live member even if the one that started it dies meanwhile.
+  send_to_members(wire::Revoke{comm_id_});
+}
+
+void Communicator::revoke() {
+  client_->loop().run_sync([this] { on_revoked(); });
+}
+
+void Communicator::send_to_members(const wire::ControlMessage &m) {
+  for (uint32_t r = 0; r < size(); ++r)
+    if (r != rank_ && !faults_.is_failed(r)) client_->send_control(world_of_[r], m);
+}
+
+}  // namespace nexar
