@@ -136,10 +136,10 @@ TEST(Failures, AgreeIsTheAndOfEveryMembersBits) {
 // get_failed and the callback, agree reports it until acknowledged, and
 // shrink gives the survivors a communicator on which allreduce is exact.
 TEST(Failures, AbortedRankIsObservedAgreedOnAndShrunkAway) {
+  FailureLog logs[4];  // outlives the world, whose destruction reports leaves
   nexar_comm_options_t o = options();
   World w(4, &o);
   ASSERT_TRUE(w.ok());
-  FailureLog logs[4];
   for (uint32_t r = 0; r < 4; ++r)
     NX_OK(nexar_comm_set_failure_callback(w[r], FailureLog::callback, &logs[r]));
   NX_OK(nexar_comm_abort(w[2]));
