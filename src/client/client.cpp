@@ -58,6 +58,7 @@ Status Client::start_threads(const Status &socket) {
   address_ = endpoint_->local();
   completions_ = std::make_unique<CompletionThread>();
   loop_.start();
+  loop_.run_sync([this] { stall_.start(); });
   return {};
 }
 
@@ -145,6 +146,16 @@ bool Client::fail_peer(uint32_t world_rank, const Status &s) {
   return first;
 }
 
+void Client::on_stalled(uint64_t gap_ms) {
+  const Status s = error(NEXAR_ERR_EXCLUDED,
+                         format("rank %u did not run for %llu ms (frozen?), longer than the "
+                                "heartbeat timeout: the other ranks declared it failed",
+                                id_.rank, static_cast<unsigned long long>(gap_ms)),
+                         static_cast<int32_t>(id_.rank));
+  LOG_WARN("%s", s.message.c_str());
+  comms_.excluded(s);
+}
+
 void Client::unregister_comm(Communicator *c) {
   if (rpc_) rpc_->drop_comm(c);
   comms_.remove(c);
@@ -187,13 +198,18 @@ void Client::connection_closed(QuicConnection *c, const Status &why) {
     if (s.failed_rank < 0) s.failed_rank = static_cast<int32_t>(r);
     const bool was_ready = p.detach();
     if (shut_down_) continue;
+    // Silence on every side after this process was frozen: the peers
+    // declared it failed, not the other way round.
+    const bool excluded =
+        c->close_cause() == QuicConnection::CloseCause::IdleTimeout && stall_.stalled();
     if (was_ready && c->close_cause() == QuicConnection::CloseCause::PeerClosed)
       LOG_INFO("rank %u left: %s", r, s.message.c_str());
     else if (was_ready)
       LOG_WARN("lost rank %u: %s", r, s.message.c_str());
     // A peer that closed told everyone itself; one found dead here is
     // announced, so that every survivor names it.
-    if (fail_peer(r, s) && was_ready && c->close_cause() != QuicConnection::CloseCause::PeerClosed)
+    if (fail_peer(r, s) && was_ready && !excluded &&
+        c->close_cause() != QuicConnection::CloseCause::PeerClosed)
       announce_failure(*this, r, s);
     // Relayed waits through it, and ranks only reachable through it.
     relay_->on_neighbour_lost(r, c, s);

@@ -18,6 +18,7 @@
 #include "client/peer_router.h"
 #include "client/relay.h"
 #include "client/rpc_lanes.h"
+#include "client/stall_watch.h"
 #include "client/topology.h"
 #include "core/buffer_pool.h"
 #include "core/config.h"
@@ -133,6 +134,11 @@ class Client {
   size_t ready_neighbours_ = 0;
   Status formation_failure_;
   FormationObserver *formation_ = nullptr;
+  // This process was frozen past the heartbeat timeout: its peers went on
+  // without it (client/stall_watch.h). After loop_, destroyed before it.
+  StallWatch stall_{loop_, cfg_.heartbeat_interval_ms, cfg_.heartbeat_timeout_ms,
+                    [this](uint64_t gap_ms) { on_stalled(gap_ms); }};
+  void on_stalled(uint64_t gap_ms);
   bool shut_down_ = false;  // loop thread
   bool stopped_ = false;    // owner thread
 };

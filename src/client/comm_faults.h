@@ -52,6 +52,9 @@ class CommFaults {
   const Failed *blocking(uint64_t coll_seq) const;
   // Marks the communicator revoked; false if it already was.
   bool set_revoked() { return !revoked_.exchange(true, std::memory_order_acq_rel); }
+  // The other ranks declared this one failed; false if already known.
+  bool set_excluded() { return !excluded_.exchange(true, std::memory_order_acq_rel); }
+  bool excluded() const { return excluded_.load(std::memory_order_acquire); }
 
  private:
   mutable std::mutex mu_;
@@ -60,6 +63,7 @@ class CommFaults {
   nexar_done_fn hook_ = nullptr;
   void *hook_data_ = nullptr;
   std::atomic<bool> revoked_{false};
+  std::atomic<bool> excluded_{false};
 };
 
 // Rank lists on the wire (little-endian u32 each) and back.

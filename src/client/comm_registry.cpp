@@ -102,4 +102,12 @@ void CommRegistry::peer_failed(uint32_t world_rank, const Status &s) {
   }
 }
 
+void CommRegistry::excluded(const Status &s) {
+  std::vector<Communicator *> all;
+  for (const auto &[id, list] : comms_)
+    all.insert(all.end(), list.begin(), list.end());
+  for (Communicator *comm : all)
+    comm->on_excluded(s);
+}
+
 }  // namespace nexar

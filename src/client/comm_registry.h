@@ -34,6 +34,8 @@ class CommRegistry {
   // World rank world_rank is gone: every communicator records s as its
   // async error, and those it belongs to count it as a failed member.
   void peer_failed(uint32_t world_rank, const Status &s);
+  // The other ranks declared this one failed: every communicator ends with s.
+  void excluded(const Status &s);
 
  private:
   // Copies: a handler may add or remove communicators while it runs.

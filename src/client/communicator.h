@@ -94,6 +94,8 @@ class Communicator {
   // Member `rank` failed or left (cause says which); left_after: the last
   // collective it started before leaving (0: none may still finish).
   void on_member_failed(uint32_t rank, const Status &cause, uint64_t left_after = 0);
+  // The other ranks declared this one failed: everything fails with s.
+  void on_excluded(const Status &s);
   // This rank or a member revoked the communicator.
   void on_revoked();
   // The agreements of this communicator (client/agreement.h).

@@ -8,6 +8,11 @@
 namespace nexar {
 
 Status Communicator::refusal(const OpContext *op, bool fault_tolerant) const {
+  if (faults_.excluded())
+    return error(NEXAR_ERR_EXCLUDED,
+                 format("%s: the other ranks declared rank %u failed and went on without it",
+                        op->name().c_str(), rank_),
+                 static_cast<int32_t>(rank_));
   if (fault_tolerant) return {};
   if (faults_.revoked())
     return error(NEXAR_ERR_REVOKED,
@@ -58,6 +63,15 @@ void Communicator::on_revoked() {
   // Every member forwards the first notice it sees: the revocation reaches
   // every live member even if the one that started it dies meanwhile.
   send_to_members(wire::Revoke{comm_id_});
+}
+
+void Communicator::on_excluded(const Status &s) {
+  if (!faults_.set_excluded()) return;
+  {
+    std::lock_guard<std::mutex> g(err_mu_);
+    if (async_error_.ok()) async_error_ = s;
+  }
+  end(s);
 }
 
 void Communicator::revoke() {

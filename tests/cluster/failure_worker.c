@@ -12,11 +12,18 @@
  *   RECOVERED rank=R                     (exit 0)
  *   EXCLUDED rank=R <message>            (exit 5)
  *   ERROR <what> status=S <message>      (exit 4)
+ *   DESTROYED rank=R                     (exit 0)
+ *
+ * With FAILURE_WORKER_ABORT_FILE=F in the environment, a second thread waits
+ * until F exists, then aborts the communicator; the main thread, whose
+ * allreduce then fails, destroys it, prints DESTROYED and exits.
  */
 #include <nexar.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { kCount = 1 << 16 }; /* 512 KiB of u64 per allreduce */
 
@@ -47,6 +54,15 @@ static void excluded(nexar_comm_t *comm, const char *what) {
   exit(5);
 }
 
+static void *abort_when_file_exists(void *arg) {
+  nexar_comm_t *comm = (nexar_comm_t *)arg;
+  const char *path = getenv("FAILURE_WORKER_ABORT_FILE");
+  while (access(path, F_OK) != 0)
+    usleep(10000);
+  nexar_comm_abort(comm);
+  return NULL;
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   nexar_comm_t *comm = NULL;
@@ -57,6 +73,9 @@ int main(void) {
   }
   const unsigned me = nexar_comm_rank(comm);
   printf("JOINED rank=%u size=%u\n", me, nexar_comm_size(comm));
+  pthread_t aborter;
+  const int abort_on_file = getenv("FAILURE_WORKER_ABORT_FILE") != NULL;
+  if (abort_on_file) pthread_create(&aborter, NULL, abort_when_file_exists, comm);
   uint64_t round = 0;
   for (;; ++round) {
     s = allreduce_round(comm, round);
@@ -68,6 +87,12 @@ int main(void) {
     }
   }
   if (s == NEXAR_ERR_EXCLUDED) excluded(comm, "allreduce");
+  if (abort_on_file && s == NEXAR_ERR_ABORTED) {
+    pthread_join(aborter, NULL);
+    nexar_comm_destroy(comm);
+    printf("DESTROYED rank=%u\n", me);
+    return 0;
+  }
   nexar_completion_t info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
