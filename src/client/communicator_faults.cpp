@@ -19,7 +19,7 @@ Status Communicator::refusal(const OpContext *op, bool fault_tolerant) const {
                  format("%s: the communicator was revoked (rank %u)", op->name().c_str(), rank_));
   if (op->coll_seq() == 0) return {};
   if (const CommFaults::Failed *f = faults_.blocking(op->coll_seq()))
-    return error(NEXAR_ERR_PEER_FAILED,
+    return error(f->cause.code,
                  format("%s: rank %u of the communicator failed: %s", op->name().c_str(), f->rank,
                         f->cause.message.c_str()),
                  static_cast<int32_t>(f->rank));
@@ -31,7 +31,7 @@ void Communicator::fail_for_member(uint32_t rank, const Status &why) {
     if (fault_tolerant_.count(op) || op->coll_seq() == 0) continue;
     if (const CommFaults::Failed *f = faults_.blocking(op->coll_seq()); !f || f->rank != rank)
       continue;
-    op->fail(error(NEXAR_ERR_PEER_FAILED,
+    op->fail(error(why.code,
                    format("%s: rank %u of the communicator failed: %s", op->name().c_str(), rank,
                           why.message.c_str()),
                    static_cast<int32_t>(rank)));
