@@ -31,7 +31,10 @@ Communicator::Communicator(std::shared_ptr<Client> client, uint64_t comm_id, uin
 
 Communicator::~Communicator() {
   close();
-  client_->loop().run_sync([this] { client_->unregister_comm(this); });
+  client_->loop().run_sync([this] {
+    if (release_armed_) client_->loop().stop_timer(&release_timer_);
+    client_->unregister_comm(this);
+  });
   client_lease_.reset();  // the last holder shuts the engine down
 }
 
@@ -183,6 +186,7 @@ void Communicator::abort() {
       if (r != rank_)
         client_->send_control(world_of_[r],
                               wire::Abort{comm_id_, rank_, NEXAR_ERR_ABORTED, "nexar_comm_abort"});
+    arm_release();
   });
 }
 
@@ -242,6 +246,7 @@ void Communicator::close() {
     // it still took part in), instead of waiting for a timeout.
     send_to_members(wire::CommLeft{comm_id_, started_coll_seq_});
     end(error(NEXAR_ERR_CLOSED, format("the communicator of rank %u was destroyed", rank_)));
+    arm_release();
   });
   // Closing the connections (peers see the close at once) also releases every
   // send still borrowing user memory. Only the last communicator on the

@@ -119,6 +119,12 @@ class Communicator {
   // Loop thread: records why (the first reason, or destroy) and fails every
   // operation in flight with it.
   void end(const Status &why, bool spare_fault_tolerant = false);
+  // Bounds abort and destroy (communicator_faults.cpp): sends of ended
+  // operations that a member has not acknowledged after a grace period still
+  // borrow user memory; that member's connection is cut to release them.
+  void arm_release();
+  static void on_release_timer(struct ev_loop *, ev_timer *w, int);
+  uint64_t release_grace_ms() const;
 
   std::shared_ptr<Client> client_;
   uint64_t comm_id_;
@@ -146,6 +152,8 @@ class Communicator {
   std::unordered_set<const OpContext *> fault_tolerant_;
   CommFaults faults_;
   std::unique_ptr<Agreement> agreement_;
+  ev_timer release_timer_;
+  bool release_armed_ = false;
   // Mismatch notices for collectives this rank has not started yet.
   std::unordered_map<uint64_t, Status> early_mismatch_;
   uint64_t started_coll_seq_ = 0;

@@ -1,8 +1,12 @@
 // Communicator: member failures and revocation (the rest is communicator.cpp).
 // A failed member stops every collective (none takes a step with it), a
 // revoked communicator every operation but agree, shrink, abort and destroy.
+#include <algorithm>
+
 #include "client/agreement.h"
 #include "client/communicator.h"
+#include "client/failure_notice.h"
+#include "core/clock.h"
 #include "core/log.h"
 
 namespace nexar {
@@ -72,6 +76,39 @@ void Communicator::on_excluded(const Status &s) {
     if (async_error_.ok()) async_error_ = s;
   }
   end(s);
+}
+
+void Communicator::arm_release() {
+  if (release_armed_ || active_.empty()) return;
+  release_armed_ = true;
+  ev_init(&release_timer_, &Communicator::on_release_timer);
+  release_timer_.data = this;
+  const uint64_t now = now_ns();
+  client_->loop().arm_timer(&release_timer_, now + release_grace_ms() * kNsPerMs, now);
+}
+
+void Communicator::on_release_timer(struct ev_loop *, ev_timer *w, int) {
+  auto *self = static_cast<Communicator *>(w->data);
+  self->release_armed_ = false;
+  if (self->active_.empty()) return;
+  for (uint32_t r = 0; r < self->size(); ++r) {
+    if (r == self->rank_) continue;
+    const uint32_t world = self->world_of_[r];
+    QuicConnection *c = self->client_->peer(world).direct_connection();
+    if (!c || !c->has_unacked()) continue;
+    const Status why =
+        error(NEXAR_ERR_PEER_FAILED,
+              format("rank %u acknowledged nothing for %llu ms after rank %u ended the "
+                     "communicator",
+                     r, static_cast<unsigned long long>(self->release_grace_ms()), self->rank_),
+              static_cast<int32_t>(world));
+    LOG_WARN("%s: connection closed", why.message.c_str());
+    c->close(kDeclaredFailedCloseCode, why);
+  }
+}
+
+uint64_t Communicator::release_grace_ms() const {
+  return std::min<uint64_t>(2000, config().heartbeat_timeout_ms);
 }
 
 void Communicator::revoke() {

@@ -2,6 +2,9 @@
 // comm.revoked, comm.agree(flags), comm.shrink() and a failure callback
 // (docs/failures.md). They block with the GIL released; agree and shrink are
 // collectives over the survivors.
+#include <algorithm>
+#include <vector>
+
 #include "bindings.h"
 #include "communicator.h"
 #include "errors.h"
@@ -37,7 +40,10 @@ void bind_faults(py::class_<Communicator> &cls) {
              ranks.resize(std::min<size_t>(n, ranks.size()));
              return s;
            });
-           return ranks;
+           py::list out;
+           for (uint32_t r : ranks)
+             out.append(r);
+           return out;
          },
          "The ranks known to have failed, in the order they were learned (only grows).")
       .def(
