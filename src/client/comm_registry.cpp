@@ -58,7 +58,14 @@ void CommRegistry::on_notice(uint32_t from, const Notice &notice) {
             static_cast<uint32_t>(rank),
             error(NEXAR_ERR_PEER_FAILED, format("rank %d left the communicator", rank), rank),
             left->last_coll_seq);
-    } else if (std::holds_alternative<wire::Revoke>(notice)) {
+    } else if (const auto *revoke = std::get_if<wire::Revoke>(&notice)) {
+      // The failures the sender knows come first: every survivor names them.
+      for (uint32_t r : decode_ranks(revoke->failed))
+        if (r < comm->size())
+          comm->on_member_failed(
+              r, error(NEXAR_ERR_PEER_FAILED,
+                       format("rank %u failed (reported by rank %d with its revocation)", r, rank),
+                       static_cast<int32_t>(r)));
       comm->on_revoked();
     } else if (const auto *agree = std::get_if<wire::AgreeMsg>(&notice)) {
       if (rank >= 0) comm->agreement().on_message(static_cast<uint32_t>(rank), *agree);

@@ -18,15 +18,16 @@ Status Communicator::refusal(const OpContext *op, bool fault_tolerant) const {
                         op->name().c_str(), rank_),
                  static_cast<int32_t>(rank_));
   if (fault_tolerant) return {};
-  if (faults_.revoked())
-    return error(NEXAR_ERR_REVOKED,
-                 format("%s: the communicator was revoked (rank %u)", op->name().c_str(), rank_));
-  if (op->coll_seq() == 0) return {};
-  if (const CommFaults::Failed *f = faults_.blocking(op->coll_seq()))
+  // A failed member first: every survivor names it, whether or not a
+  // revocation (usually the survivors' reaction to it) arrived too.
+  if (const CommFaults::Failed *f = op->coll_seq() ? faults_.blocking(op->coll_seq()) : nullptr)
     return error(f->cause.code,
                  format("%s: rank %u of the communicator failed: %s", op->name().c_str(), f->rank,
                         f->cause.message.c_str()),
                  static_cast<int32_t>(f->rank));
+  if (faults_.revoked())
+    return error(NEXAR_ERR_REVOKED,
+                 format("%s: the communicator was revoked (rank %u)", op->name().c_str(), rank_));
   return {};
 }
 
@@ -66,7 +67,7 @@ void Communicator::on_revoked() {
           error(NEXAR_ERR_REVOKED, format("%s: the communicator was revoked", op->name().c_str())));
   // Every member forwards the first notice it sees: the revocation reaches
   // every live member even if the one that started it dies meanwhile.
-  send_to_members(wire::Revoke{comm_id_});
+  send_to_members(wire::Revoke{comm_id_, encode_ranks(faults_.failed_ranks())});
 }
 
 void Communicator::on_excluded(const Status &s) {

@@ -353,14 +353,18 @@ struct CommLeft {
 };
 
 // comm_id is revoked; every member forwards this once to every other member.
+// failed: the ranks the sender knows failed (little-endian u32 each), so that
+// a member the revocation reaches first still names them.
 struct Revoke {
   static constexpr uint8_t kType = 0x09;
   static constexpr std::string_view kName = "Revoke";
   uint64_t comm_id = 0;
+  std::string failed;
 
   template <class M, class F>
   static void fields(M &m, F &&f) {
     f("comm_id", m.comm_id);
+    f("failed", m.failed);
   }
   bool operator==(const Revoke &) const = default;
 };

@@ -43,19 +43,12 @@ func onEach(comms []*nexar.Comm, fn func(i int, c *nexar.Comm)) {
 	wg.Wait()
 }
 
-func TestRevokeAgreeShrinkAfterARankAborts(t *testing.T) {
-	comms := world(t, 4)
-	if err := comms[3].Abort(); err != nil {
+func TestRevokeReachesEveryMemberAndAgreeStillWorks(t *testing.T) {
+	comms := world(t, 3)
+	if err := comms[0].Revoke(); err != nil {
 		t.Fatal(err)
 	}
-	survivors := comms[:3]
-	for _, c := range survivors {
-		waitFailed(t, c, []int{3})
-	}
-	if err := survivors[0].Revoke(); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range survivors {
+	for _, c := range comms {
 		deadline := time.Now().Add(30 * time.Second)
 		for !c.Revoked() && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
@@ -64,8 +57,32 @@ func TestRevokeAgreeShrinkAfterARankAborts(t *testing.T) {
 			t.Fatalf("rank %d: not revoked", c.Rank())
 		}
 	}
-	if err := survivors[1].Barrier(context.Background()); !errors.Is(err, nexar.ErrRevoked) {
+	if err := comms[1].Barrier(context.Background()); !errors.Is(err, nexar.ErrRevoked) {
 		t.Fatalf("barrier on a revoked communicator: %v, want ErrRevoked", err)
+	}
+	flags := make([]uint64, 3)
+	errs := make([]error, 3)
+	onEach(comms, func(i int, c *nexar.Comm) { flags[i], errs[i] = c.Agree(0b111) })
+	for i := range comms {
+		if errs[i] != nil || flags[i] != 0b111 {
+			t.Fatalf("rank %d: agree = %b, %v", i, flags[i], errs[i])
+		}
+	}
+}
+
+func TestAgreeAndShrinkAfterARankAborts(t *testing.T) {
+	comms := world(t, 4)
+	if err := comms[3].Abort(); err != nil {
+		t.Fatal(err)
+	}
+	survivors := comms[:3]
+	for _, c := range survivors {
+		waitFailed(t, c, []int{3})
+	}
+	// After a peer's abort, operations fail naming it; agree and shrink work.
+	var ne *nexar.Error
+	if err := survivors[1].Barrier(context.Background()); !errors.Is(err, nexar.ErrAborted) || !errors.As(err, &ne) || ne.FailedRank != 3 {
+		t.Fatalf("barrier after rank 3 aborted: %v, want ErrAborted naming rank 3", err)
 	}
 	// Unacknowledged: every survivor gets ErrPeerFailed, and the same flags.
 	flags := make([]uint64, 3)

@@ -24,7 +24,18 @@ def test_error_classes_for_the_new_statuses():
     assert issubclass(nexar.RevokedError, nexar.NexarError)
 
 
-def test_revoke_agree_and_shrink_after_a_rank_aborts(world):
+def test_revoke_reaches_every_member_and_agree_still_works(world):
+    comms = world(3)
+    comms[0].revoke()
+    for c in comms:
+        assert wait_until(lambda c=c: c.revoked)
+    with pytest.raises(nexar.RevokedError):
+        comms[1].barrier()
+    assert on_ranks(comms, lambda c: c.agree(0b11 << c.rank)) == [0] * 3
+    assert on_ranks(comms, lambda c: c.agree(0b111)) == [0b111] * 3
+
+
+def test_agree_and_shrink_after_a_rank_aborts(world):
     comms = world(4)
     seen = []
     lock = threading.Lock()
@@ -44,11 +55,10 @@ def test_revoke_agree_and_shrink_after_a_rank_aborts(world):
     assert wait_until(lambda: len(seen) == 3)
     assert sorted(seen) == [(0, 3, -6), (1, 3, -6), (2, 3, -6)]
 
-    survivors[0].revoke()
-    for c in survivors:
-        assert wait_until(lambda c=c: c.revoked)
-    with pytest.raises(nexar.RevokedError):
+    # After a peer's abort, operations fail naming it; agree and shrink work.
+    with pytest.raises(nexar.AbortedError) as e:
         survivors[1].barrier()
+    assert e.value.rank == 3
 
     # Not acknowledged yet: every survivor gets PeerFailedError.
     errors = on_ranks(survivors, lambda c: _agree_error(c, 0b111))
