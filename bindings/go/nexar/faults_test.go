@@ -30,8 +30,8 @@ func waitFailed(t *testing.T, c *nexar.Comm, want []int) {
 	}
 }
 
-// onEach runs fn on every communicator at once and waits for all.
-func onEach(comms []*nexar.Comm, fn func(i int, c *nexar.Comm)) {
+// eachSurvivor runs fn on every communicator at once and waits for all.
+func eachSurvivor(comms []*nexar.Comm, fn func(i int, c *nexar.Comm)) {
 	var wg sync.WaitGroup
 	for i, c := range comms {
 		wg.Add(1)
@@ -62,7 +62,7 @@ func TestRevokeReachesEveryMemberAndAgreeStillWorks(t *testing.T) {
 	}
 	flags := make([]uint64, 3)
 	errs := make([]error, 3)
-	onEach(comms, func(i int, c *nexar.Comm) { flags[i], errs[i] = c.Agree(0b111) })
+	eachSurvivor(comms, func(i int, c *nexar.Comm) { flags[i], errs[i] = c.Agree(0b111) })
 	for i := range comms {
 		if errs[i] != nil || flags[i] != 0b111 {
 			t.Fatalf("rank %d: agree = %b, %v", i, flags[i], errs[i])
@@ -87,7 +87,7 @@ func TestAgreeAndShrinkAfterARankAborts(t *testing.T) {
 	// Unacknowledged: every survivor gets ErrPeerFailed, and the same flags.
 	flags := make([]uint64, 3)
 	errs := make([]error, 3)
-	onEach(survivors, func(i int, c *nexar.Comm) { flags[i], errs[i] = c.Agree(0b111 ^ uint64(i)) })
+	eachSurvivor(survivors, func(i int, c *nexar.Comm) { flags[i], errs[i] = c.Agree(0b111 ^ uint64(i)) })
 	for i := range survivors {
 		if !errors.Is(errs[i], nexar.ErrPeerFailed) || flags[i] != 0b100 {
 			t.Fatalf("survivor %d: agree = %b, %v; want 100, ErrPeerFailed", i, flags[i], errs[i])
@@ -96,14 +96,14 @@ func TestAgreeAndShrinkAfterARankAborts(t *testing.T) {
 			t.Fatalf("AckFailed: %d, %v", n, err)
 		}
 	}
-	onEach(survivors, func(i int, c *nexar.Comm) { flags[i], errs[i] = c.Agree(0b110) })
+	eachSurvivor(survivors, func(i int, c *nexar.Comm) { flags[i], errs[i] = c.Agree(0b110) })
 	for i := range survivors {
 		if errs[i] != nil || flags[i] != 0b110 {
 			t.Fatalf("survivor %d: agree = %b, %v; want 110, nil", i, flags[i], errs[i])
 		}
 	}
 	shrunk := make([]*nexar.Comm, 3)
-	onEach(survivors, func(i int, c *nexar.Comm) { shrunk[i], errs[i] = c.Shrink() })
+	eachSurvivor(survivors, func(i int, c *nexar.Comm) { shrunk[i], errs[i] = c.Shrink() })
 	for i, s := range shrunk {
 		if errs[i] != nil {
 			t.Fatalf("survivor %d: shrink: %v", i, errs[i])
@@ -113,7 +113,7 @@ func TestAgreeAndShrinkAfterARankAborts(t *testing.T) {
 			t.Fatalf("survivor %d: shrunk to rank %d of %d", i, s.Rank(), s.Size())
 		}
 	}
-	onEach(shrunk, func(i int, c *nexar.Comm) {
+	eachSurvivor(shrunk, func(i int, c *nexar.Comm) {
 		buf := []int64{int64(i + 1), 10}
 		errs[i] = nexar.AllReduce(context.Background(), c, buf, nexar.Sum)
 		if errs[i] == nil && (buf[0] != 6 || buf[1] != 30) {
