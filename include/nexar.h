@@ -110,6 +110,8 @@ typedef int32_t nexar_status_t;
 #define NEXAR_ERR_INTERNAL (-17)
 #define NEXAR_ERR_RPC_NOT_REGISTERED (-18) /* no handler for that fn_id on the target rank */
 #define NEXAR_ERR_RPC_FAILED (-19)         /* the target's handler returned an error */
+#define NEXAR_ERR_REVOKED (-20)  /* the communicator was revoked, here or by a peer */
+#define NEXAR_ERR_EXCLUDED (-21) /* the peers declared this process failed and removed it */
 
 /**
  * A human-readable name for a status.
@@ -989,6 +991,93 @@ NEXAR_API void nexar_rpc_response_free(nexar_rpc_response_t *response);
  *         NEXAR_ERR_INTERNAL when writing it fails (nexar_last_error says why)
  */
 NEXAR_API nexar_status_t nexar_flight_recorder_dump(nexar_comm_t *comm, const char *path);
+
+/* ---- Failures: observe, revoke, agree, shrink (docs/failures.md) ----
+ *
+ * A member that dies, freezes past heartbeat_timeout, aborts or destroys its
+ * communicator is a failed member: every collective on the communicator then
+ * fails with NEXAR_ERR_PEER_FAILED naming it (failed_rank), at every rank;
+ * point-to-point operations with the other members go on. The survivors
+ * revoke, agree and shrink to go on without it. */
+
+/**
+ * The ranks this rank knows to have failed, in the order it learned of them;
+ * the list only grows.
+ *
+ * @param comm      the communicator
+ * @param ranks     receives up to capacity ranks (may be NULL when capacity is 0)
+ * @param capacity  the room in ranks
+ * @param count     receives the total number of failed ranks
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when comm or count is NULL
+ */
+NEXAR_API nexar_status_t nexar_comm_get_failed(nexar_comm_t *comm, uint32_t *ranks,
+                                               uint32_t capacity, uint32_t *count);
+
+/**
+ * Acknowledge the first num_to_ack failures of nexar_comm_get_failed's list:
+ * nexar_comm_agree no longer fails because of them.
+ *
+ * @param comm        the communicator
+ * @param num_to_ack  how many (more than are known acknowledges all known)
+ * @param num_acked   receives how many are acknowledged now (may be NULL)
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when comm is NULL
+ */
+NEXAR_API nexar_status_t nexar_comm_ack_failed(nexar_comm_t *comm, uint32_t num_to_ack,
+                                               uint32_t *num_acked);
+
+/** Called once per failed rank, with the cause (NEXAR_ERR_PEER_FAILED,
+ * NEXAR_ERR_ABORTED), where the communicator's callbacks run. */
+typedef void (*nexar_failure_fn)(void *user_data, nexar_comm_t *comm, uint32_t rank,
+                                 nexar_status_t cause);
+
+/**
+ * Set (or with fn NULL remove) the failure callback of comm. It runs for
+ * failures learned after this call.
+ *
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when comm is NULL
+ */
+NEXAR_API nexar_status_t nexar_comm_set_failure_callback(nexar_comm_t *comm, nexar_failure_fn fn,
+                                                         void *user_data);
+
+/**
+ * Revoke comm: non-collective and idempotent. Every pending and later
+ * operation on comm fails with NEXAR_ERR_REVOKED at every live member, except
+ * agree, shrink, get_failed, ack_failed, abort and destroy.
+ *
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when comm is NULL
+ */
+NEXAR_API nexar_status_t nexar_comm_revoke(nexar_comm_t *comm);
+
+/** 1 when comm was revoked (here or by a peer), else 0 (also for NULL). */
+NEXAR_API int32_t nexar_comm_is_revoked(const nexar_comm_t *comm);
+
+/**
+ * Fault-tolerant agreement over the live members: *flags in = this rank's
+ * bits, out = the AND over every live member's bits, the same at every
+ * survivor. Completes with NEXAR_ERR_PEER_FAILED, uniformly, when a member
+ * that not every survivor had acknowledged failed; the value is still agreed
+ * then. NEXAR_ERR_EXCLUDED at a rank the others declared failed. Works on a
+ * revoked communicator. Every live member calls it, in the same order
+ * relative to its other agree and shrink calls.
+ *
+ * @param flags  in and out; must stay valid until done runs
+ * @return NEXAR_OK (done runs once); NEXAR_ERR_INVALID_ARGUMENT when comm or
+ *         flags is NULL
+ */
+NEXAR_API nexar_status_t nexar_comm_agree(nexar_comm_t *comm, uint64_t *flags, nexar_done_fn done,
+                                          void *user_data);
+
+/**
+ * Collective over the survivors (works on a revoked communicator): agree on
+ * the failed set, then *out = a new communicator of the survivors, ranks
+ * renumbered in their old order, on the live connections. *out is set
+ * before done runs; it stays NULL when the shrink fails.
+ *
+ * @return NEXAR_OK (done runs once); NEXAR_ERR_INVALID_ARGUMENT when comm or
+ *         out is NULL
+ */
+NEXAR_API nexar_status_t nexar_comm_shrink(nexar_comm_t *comm, nexar_comm_t **out,
+                                           nexar_done_fn done, void *user_data);
 
 #ifdef __cplusplus
 }

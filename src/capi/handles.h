@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -11,8 +12,21 @@
 #include "nexar.h"
 #include "transport/frame.h"
 
+namespace nexar::capi {
+// The application's failure callback (nexar_comm_set_failure_callback), read
+// where the communicator's callbacks run. Released after impl, whose
+// destruction waits for those callbacks.
+struct FailureHook {
+  std::mutex mu;
+  nexar_failure_fn fn = nullptr;
+  void *user_data = nullptr;
+};
+}  // namespace nexar::capi
+
 struct nexar_comm {
   std::unique_ptr<nexar::Communicator> impl;
+  std::unique_ptr<nexar::capi::FailureHook> failure_hook =
+      std::make_unique<nexar::capi::FailureHook>();
 };
 
 namespace nexar::capi {

@@ -105,6 +105,10 @@ NEXAR_API const char *nexar_status_str(nexar_status_t status) {
       return "NEXAR_ERR_RPC_NOT_REGISTERED: no RPC handler for that function on the target rank";
     case NEXAR_ERR_RPC_FAILED:
       return "NEXAR_ERR_RPC_FAILED: the RPC handler on the target rank returned an error";
+    case NEXAR_ERR_REVOKED:
+      return "NEXAR_ERR_REVOKED: the communicator was revoked";
+    case NEXAR_ERR_EXCLUDED:
+      return "NEXAR_ERR_EXCLUDED: the peers declared this process failed and removed it";
     default:
       return "NEXAR_ERR_UNKNOWN: unknown status code";
   }

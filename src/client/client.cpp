@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "client/communicator.h"
+#include "client/failure_notice.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -57,6 +58,7 @@ Status Client::start_threads(const Status &socket) {
   address_ = endpoint_->local();
   completions_ = std::make_unique<CompletionThread>();
   loop_.start();
+  loop_.run_sync([this] { stall_.start(); });
   return {};
 }
 
@@ -138,11 +140,22 @@ void Client::fail_unreachable(uint32_t world_rank, const Status &s) {
   fail_peer(world_rank, s);
 }
 
-void Client::fail_peer(uint32_t world_rank, const Status &s) {
-  liveness_.mark_failed(world_rank, s);
+bool Client::fail_peer(uint32_t world_rank, const Status &s) {
+  const bool first = liveness_.mark_failed(world_rank, s);
   mailbox_->fail_peer(world_rank, s);
   if (rpc_) rpc_->fail_peer(world_rank, s);
-  comms_.fail_all(s);
+  if (first) comms_.peer_failed(world_rank, s);
+  return first;
+}
+
+void Client::on_stalled(uint64_t gap_ms) {
+  const Status s = error(NEXAR_ERR_EXCLUDED,
+                         format("rank %u did not run for %llu ms (frozen?), longer than the "
+                                "heartbeat timeout: the other ranks declared it failed",
+                                id_.rank, static_cast<unsigned long long>(gap_ms)),
+                         static_cast<int32_t>(id_.rank));
+  LOG_WARN("%s", s.message.c_str());
+  comms_.excluded(s);
 }
 
 void Client::unregister_comm(Communicator *c) {
@@ -189,11 +202,19 @@ void Client::connection_closed(QuicConnection *c, const Status &why) {
     if (s.failed_rank < 0) s.failed_rank = static_cast<int32_t>(r);
     const bool was_ready = p.detach();
     if (shut_down_) continue;
+    // Silence on every side after this process was frozen: the peers
+    // declared it failed, not the other way round.
+    const bool excluded =
+        c->close_cause() == QuicConnection::CloseCause::IdleTimeout && stall_.stalled();
     if (was_ready && c->close_cause() == QuicConnection::CloseCause::PeerClosed)
       LOG_INFO("rank %u left: %s", r, s.message.c_str());
     else if (was_ready)
       LOG_WARN("lost rank %u: %s", r, s.message.c_str());
-    fail_peer(r, s);
+    // A peer that closed told everyone itself; one found dead here is
+    // announced, so that every survivor names it.
+    if (fail_peer(r, s) && was_ready && !excluded &&
+        c->close_cause() != QuicConnection::CloseCause::PeerClosed)
+      announce_failure(*this, r, s);
     // Relayed waits through it, and ranks only reachable through it.
     relay_->on_neighbour_lost(r, c, s);
     if (!was_ready) {
@@ -221,7 +242,9 @@ void Client::shm_peer_lost(uint32_t world_rank, const Status &why, bool left) {
     LOG_INFO("rank %u left: %s", world_rank, why.message.c_str());
   else
     LOG_WARN("lost rank %u: %s", world_rank, why.message.c_str());
-  fail_peer(world_rank, why);
+  // A death seen here is announced (a peer that left told everyone itself),
+  // so that every survivor names it, also those on other hosts.
+  if (fail_peer(world_rank, why) && !left) announce_failure(*this, world_rank, why);
 }
 
 }  // namespace nexar

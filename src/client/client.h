@@ -19,6 +19,7 @@
 #include "client/relay.h"
 #include "client/rpc_lanes.h"
 #include "client/shm_host.h"
+#include "client/stall_watch.h"
 #include "client/topology.h"
 #include "core/buffer_pool.h"
 #include "core/config.h"
@@ -91,6 +92,8 @@ class Client {
   // world_rank cannot be reached any more (a relay on its route was lost).
   void fail_unreachable(uint32_t world_rank, const Status &s);
   void register_comm(Communicator *c) { comms_.add(c); }
+  // Another rank declared world_rank failed (client/failure_notice.h).
+  void declare_failed(uint32_t world_rank, const Status &s) { fail_peer(world_rank, s); }
   void unregister_comm(Communicator *c);
 
   // ---- formation and connection events (loop thread) ----
@@ -114,8 +117,9 @@ class Client {
  private:
   // The rest of start/start_on once the socket is ready (socket: how that went).
   Status start_threads(const Status &socket);
-  // world_rank is gone: its receives, RPC calls and communicators fail with s.
-  void fail_peer(uint32_t world_rank, const Status &s);
+  // world_rank is gone: its receives, RPC calls and communicators fail with
+  // s. False if it was known to be gone already.
+  bool fail_peer(uint32_t world_rank, const Status &s);
   void notify_formation();
 
   Identity id_;
@@ -138,6 +142,11 @@ class Client {
   size_t ready_neighbours_ = 0;
   Status formation_failure_;
   FormationObserver *formation_ = nullptr;
+  // This process was frozen past the heartbeat timeout: its peers went on
+  // without it (client/stall_watch.h). After loop_, destroyed before it.
+  StallWatch stall_{loop_, cfg_.heartbeat_interval_ms, cfg_.heartbeat_timeout_ms,
+                    [this](uint64_t gap_ms) { on_stalled(gap_ms); }};
+  void on_stalled(uint64_t gap_ms);
   bool shut_down_ = false;  // loop thread
   bool stopped_ = false;    // owner thread
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "client/agreement.h"
 #include "client/communicator.h"
 
 namespace nexar {
@@ -51,7 +52,24 @@ void CommRegistry::on_notice(uint32_t from, const Notice &notice) {
   for (Communicator *comm : list(comm_id)) {
     // The sender's rank in this communicator, for the error report.
     const int32_t rank = comm->rank_of_world(from);
-    if (const auto *a = std::get_if<wire::Abort>(&notice)) {
+    if (const auto *left = std::get_if<wire::CommLeft>(&notice)) {
+      if (rank >= 0)
+        comm->on_member_failed(
+            static_cast<uint32_t>(rank),
+            error(NEXAR_ERR_PEER_FAILED, format("rank %d left the communicator", rank), rank),
+            left->last_coll_seq);
+    } else if (const auto *revoke = std::get_if<wire::Revoke>(&notice)) {
+      // The failures the sender knows come first: every survivor names them.
+      for (uint32_t r : decode_ranks(revoke->failed))
+        if (r < comm->size())
+          comm->on_member_failed(
+              r, error(NEXAR_ERR_PEER_FAILED,
+                       format("rank %u failed (reported by rank %d with its revocation)", r, rank),
+                       static_cast<int32_t>(r)));
+      comm->on_revoked();
+    } else if (const auto *agree = std::get_if<wire::AgreeMsg>(&notice)) {
+      if (rank >= 0) comm->agreement().on_message(static_cast<uint32_t>(rank), *agree);
+    } else if (const auto *a = std::get_if<wire::Abort>(&notice)) {
       comm->on_remote_failure(
           error(NEXAR_ERR_ABORTED,
                 format("rank %d aborted the communicator: %s", rank, a->reason.c_str()), rank));
@@ -67,12 +85,23 @@ void CommRegistry::on_notice(uint32_t from, const Notice &notice) {
   }
 }
 
-void CommRegistry::fail_all(const Status &s) {
+void CommRegistry::peer_failed(uint32_t world_rank, const Status &s) {
+  std::vector<Communicator *> all;
+  for (const auto &[id, list] : comms_)
+    all.insert(all.end(), list.begin(), list.end());
+  for (Communicator *comm : all) {
+    comm->on_remote_failure(s);
+    const int32_t rank = comm->rank_of_world(world_rank);
+    if (rank >= 0) comm->on_member_failed(static_cast<uint32_t>(rank), s);
+  }
+}
+
+void CommRegistry::excluded(const Status &s) {
   std::vector<Communicator *> all;
   for (const auto &[id, list] : comms_)
     all.insert(all.end(), list.begin(), list.end());
   for (Communicator *comm : all)
-    comm->on_remote_failure(s);
+    comm->on_excluded(s);
 }
 
 }  // namespace nexar

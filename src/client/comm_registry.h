@@ -19,7 +19,8 @@ class Communicator;
 
 class CommRegistry {
  public:
-  using Notice = std::variant<wire::Abort, wire::CollectiveMismatch>;
+  using Notice = std::variant<wire::Abort, wire::CollectiveMismatch, wire::CommLeft, wire::Revoke,
+                              wire::AgreeMsg>;
 
   void add(Communicator *c);
   void remove(Communicator *c);
@@ -27,8 +28,11 @@ class CommRegistry {
   Communicator *by_id(uint64_t comm_id) const;
   // World rank `from` sent a notice about one of this rank's communicators.
   void on_notice(uint32_t from, const Notice &notice);
-  // A peer is gone: every communicator fails with s.
-  void fail_all(const Status &s);
+  // World rank world_rank is gone: every communicator records s as its
+  // async error, and those it belongs to count it as a failed member.
+  void peer_failed(uint32_t world_rank, const Status &s);
+  // The other ranks declared this one failed: every communicator ends with s.
+  void excluded(const Status &s);
 
  private:
   // Copies: a handler may add or remove communicators while it runs.

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "client/agreement.h"
 #include "client/flight_dump.h"
 #include "core/log.h"
 #include "engine/spawn.h"
@@ -20,7 +21,8 @@ Communicator::Communicator(std::shared_ptr<Client> client, uint64_t comm_id, uin
         announce_mismatch(seq, format("rank %u found that rank %d issued a different collective",
                                       rank_, rank_of_world(world_peer)));
       }),
-      flight_(client_, comm_id_, rank_, world_of_) {
+      flight_(client_, comm_id_, rank_, world_of_),
+      agreement_(std::make_unique<Agreement>(*this)) {
   if (owns_client)
     client_lease_ = std::shared_ptr<void>(nullptr, [e = client_](void *) { e->shutdown(); });
   if (client_->config().completion_mode == NEXAR_COMPLETION_POLLED)
@@ -28,6 +30,11 @@ Communicator::Communicator(std::shared_ptr<Client> client, uint64_t comm_id, uin
   client_->loop().run_sync([this] {
     client_->register_comm(this);
     client_->mailbox().track(comm_id_, &collectives_);
+    // Members already gone (a communicator made by shrink or split after
+    // a failure) count as failed from the start.
+    for (uint32_t r = 0; r < size(); ++r)
+      if (const Status *dead = client_->liveness().failure(world_of_[r]))
+        on_member_failed(r, *dead);
   });
 }
 
@@ -35,6 +42,7 @@ Communicator::~Communicator() {
   close();
   client_->loop().run_sync([this] {
     client_->mailbox().untrack(comm_id_, &collectives_);
+    if (release_armed_) client_->loop().stop_timer(&release_timer_);
     client_->unregister_comm(this);
   });
   client_lease_.reset();  // the last holder shuts the engine down
@@ -57,8 +65,13 @@ Status Communicator::submit_collective(const char *name, Body body, nexar_done_f
   return submit_op(name, std::move(body), done, user_data, true, seq_out);
 }
 
+Status Communicator::submit_fault_tolerant(const char *name, Body body, nexar_done_fn done,
+                                           void *user_data, uint64_t *seq_out) {
+  return submit_op(name, std::move(body), done, user_data, false, seq_out, true);
+}
+
 Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
-                               bool collective, uint64_t *seq_out) {
+                               bool collective, uint64_t *seq_out, bool fault_tolerant) {
   if (!done && in_user_callback())
     return error(NEXAR_ERR_WOULD_DEADLOCK,
                  format("%s: a blocking call (done == NULL) from inside a completion callback "
@@ -87,17 +100,22 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
     }
     const uint64_t trace = fr::queued(flight_, seq, coll_seq, name);
     posted = client_->loop().post(
-        [this, seq, coll_seq, trace, op_name, body = std::move(body), done, user_data,
-         slot]() mutable {
+        [this, seq, coll_seq, trace, op_name, body = std::move(body), done, user_data, slot,
+         fault_tolerant]() mutable {
           auto op = std::make_unique<OpContext>(&client_->loop(), seq, op_name);
           OpContext *raw = op.release();  // owned by the running operation until deliver()
           raw->set_coll_seq(coll_seq);
           raw->set_trace(trace);
           fr::started(flight_, trace, coll_seq);
           active_.insert(raw);
-          if (!ended_.ok())
+          if (fault_tolerant) fault_tolerant_.insert(raw);
+          // Ended here (abort, destroy) means the state check refused the
+          // call; what is left is a peer's abort, which agree and shrink survive.
+          if (!ended_.ok() && !fault_tolerant)
             raw->fail(error(ended_.code, format("%s: %s", op_name.c_str(), ended_.message.c_str()),
                             ended_.failed_rank));
+          else if (Status no = refusal(raw, fault_tolerant); !no.ok())
+            raw->fail(no);
           if (coll_seq)
             if (auto early = collectives_.start(coll_seq)) raw->fail(*early);
           spawn(body(raw), [this, raw, done, user_data, slot](Status s) {
@@ -137,6 +155,7 @@ void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *us
   if (s.code == NEXAR_ERR_TIMEOUT) flight_recorder_auto_dump("timeout");
   auto finish = [this, op, s = std::move(s), done, user_data, slot]() mutable {
     active_.erase(op);
+    fault_tolerant_.erase(op);
     const uint64_t seq = op->seq();
     std::unique_ptr<OpContext> owned(op);
     owned.reset();
@@ -159,12 +178,12 @@ void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *us
     finish();
 }
 
-bool Communicator::post_callback(nexar_done_fn fn, void *user_data) {
+bool Communicator::post_callback(nexar_done_fn fn, void *user_data, const Status &s) {
   // close() flips the state before it waits on this thread, so whatever got
   // past this check is counted before close() waits for the callbacks.
   if (state_.load() != State::Open) return false;
   tracker_->add();
-  Completion c{fn, user_data, Status(), 0, tracker_};
+  Completion c{fn, user_data, s, 0, tracker_};
   if (polled_)
     polled_->push(std::move(c));
   else
@@ -182,6 +201,7 @@ void Communicator::abort() {
       if (r != rank_)
         client_->send_control(world_of_[r],
                               wire::Abort{comm_id_, rank_, NEXAR_ERR_ABORTED, "nexar_comm_abort"});
+    arm_release();
   });
 }
 
@@ -191,15 +211,20 @@ void Communicator::on_remote_failure(const Status &s) {
     if (async_error_.ok()) async_error_ = s;
   }
   if (s.code == NEXAR_ERR_PEER_FAILED) flight_recorder_auto_dump("peer failure");
-  if (s.code == NEXAR_ERR_ABORTED) end(s);
+  if (s.code != NEXAR_ERR_ABORTED) return;
+  // The rank that aborted counts as failed here, so that the others can
+  // agree and shrink without it.
+  if (s.failed_rank >= 0 && static_cast<uint32_t>(s.failed_rank) < size())
+    on_member_failed(static_cast<uint32_t>(s.failed_rank), s);
+  end(s, /*spare_fault_tolerant=*/true);
 }
 
-void Communicator::end(const Status &why) {
+void Communicator::end(const Status &why, bool spare_fault_tolerant) {
   // The first reason is kept, except that destroy always says CLOSED, as
   // nexar_comm_destroy documents for what is still pending.
   if (ended_.ok() || why.code == NEXAR_ERR_CLOSED) ended_ = why;
   for (OpContext *op : std::vector<OpContext *>(active_.begin(), active_.end()))
-    op->fail(why);
+    if (!spare_fault_tolerant || !fault_tolerant_.count(op)) op->fail(why);
 }
 
 void Communicator::on_collective_mismatch(uint64_t seq, const Status &s) {
@@ -231,7 +256,11 @@ const char *Communicator::async_error_message() const {
 void Communicator::close() {
   if (state_.exchange(State::Closed) == State::Closed) return;
   client_->loop().run_sync([this] {
+    // The members learn at once that this rank left (and which collectives
+    // it still took part in), instead of waiting for a timeout.
+    send_to_members(wire::CommLeft{comm_id_, collectives_.last_started()});
     end(error(NEXAR_ERR_CLOSED, format("the communicator of rank %u was destroyed", rank_)));
+    arm_release();
   });
   // Closing the connections (peers see the close at once) also releases every
   // send still borrowing user memory. Only the last communicator on the

@@ -15,12 +15,15 @@
 
 #include "client/client.h"
 #include "client/collective_tracker.h"
+#include "client/comm_faults.h"
 #include "client/flight_recorder.h"
 #include "engine/completion_queue.h"
 #include "engine/task.h"
 #include "engine/wait.h"
 
 namespace nexar {
+
+class Agreement;
 
 class Communicator {
  public:
@@ -65,8 +68,16 @@ class Communicator {
   // in the same order); body receives that number as op->coll_seq().
   Status submit_collective(const char *name, Body body, nexar_done_fn done, void *user_data,
                            uint64_t *seq_out = nullptr);
+  // An operation that works on a revoked communicator and with failed
+  // members (agree, shrink): only abort and destroy end it.
+  Status submit_fault_tolerant(const char *name, Body body, nexar_done_fn done, void *user_data,
+                               uint64_t *seq_out = nullptr);
   // Fails every operation in flight now and tells the peers.
   void abort();
+  // Revokes the communicator here and at every live member (any thread).
+  void revoke();
+  // Failures, revocation, agreement (comm_faults.h; parts are any thread).
+  CommFaults &faults() { return faults_; }
   // Completes everything pending with NEXAR_ERR_CLOSED and waits until every
   // callback has run.
   void close();
@@ -76,7 +87,7 @@ class Communicator {
   // completion thread, or nexar_comm_poll), counted like an operation's
   // callback so that destroy waits for it. Returns false (fn will not run)
   // once the communicator is aborted or closed.
-  bool post_callback(nexar_done_fn fn, void *user_data);
+  bool post_callback(nexar_done_fn fn, void *user_data, const Status &s = Status());
   // A peer aborted this communicator, or a connection died.
   void on_remote_failure(const Status &s);
   // A peer found that ranks issued different collectives at number seq.
@@ -86,19 +97,40 @@ class Communicator {
   // The split generation for the next split (splits start in collective
   // order, so every rank draws the same numbers).
   uint64_t next_split_generation() { return split_generation_++; }
+  // Member `rank` failed or left (cause says which); left_after: the last
+  // collective it started before leaving (0: none may still finish).
+  void on_member_failed(uint32_t rank, const Status &cause, uint64_t left_after = 0);
+  // The other ranks declared this one failed: everything fails with s.
+  void on_excluded(const Status &s);
+  // This rank or a member revoked the communicator.
+  void on_revoked();
+  // The agreements of this communicator (client/agreement.h).
+  Agreement &agreement() { return *agreement_; }
+  // Sends m to every member this rank does not know to have failed.
+  void send_to_members(const wire::ControlMessage &m);
   Status async_error() const;
   // Valid until the communicator is destroyed (the first async error is kept).
   const char *async_error_message() const;
 
  private:
   Status submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
-                   bool collective, uint64_t *seq_out);
+                   bool collective, uint64_t *seq_out, bool fault_tolerant = false);
+  // Why a starting operation may not run (revoked, a failed member), or ok.
+  Status refusal(const OpContext *op, bool fault_tolerant) const;
+  // Fails the operations in flight that the failure of `rank` ends.
+  void fail_for_member(uint32_t rank, const Status &why);
   void deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
                std::shared_ptr<BlockingSlot> slot);
   void wait_idle();
   // Loop thread: records why (the first reason, or destroy) and fails every
   // operation in flight with it.
-  void end(const Status &why);
+  void end(const Status &why, bool spare_fault_tolerant = false);
+  // Bounds abort and destroy (communicator_faults.cpp): sends of ended
+  // operations that a member has not acknowledged after a grace period still
+  // borrow user memory; that member's connection is cut to release them.
+  void arm_release();
+  static void on_release_timer(struct ev_loop *, ev_timer *w, int);
+  uint64_t release_grace_ms() const;
 
   std::shared_ptr<Client> client_;
   uint64_t comm_id_;
@@ -124,6 +156,12 @@ class Communicator {
   std::unordered_set<OpContext *> active_;
   CollectiveTracker collectives_;
   fr::FlightComm flight_;
+  // Operations that survive revocation and member failures (agree, shrink).
+  std::unordered_set<const OpContext *> fault_tolerant_;
+  CommFaults faults_;
+  std::unique_ptr<Agreement> agreement_;
+  ev_timer release_timer_;
+  bool release_armed_ = false;
   uint64_t split_generation_ = 0;
   // Why this communicator can run no more operations (abort here or by a
   // peer, destroy); operations that start later fail with it at once instead

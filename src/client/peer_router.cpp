@@ -2,6 +2,7 @@
 
 #include "client/client.h"
 #include "client/stall_exchange.h"
+#include "client/failure_notice.h"
 #include "core/host.h"
 #include "core/log.h"
 
@@ -38,7 +39,7 @@ void PeerRouter::on_relayed_control(uint32_t origin, std::span<const uint8_t> me
     client_.comms().on_notice(origin, *a);
   else if (const auto *m = std::get_if<wire::CollectiveMismatch>(&*r.message))
     client_.comms().on_notice(origin, *m);
-  else
+  else if (!on_failure_control(origin, *r.message))
     LOG_WARN("relay: rank %u relayed a control message that only travels directly; dropped",
              origin);
 }
@@ -78,10 +79,25 @@ void PeerRouter::on_control(QuicConnection *c, std::span<const uint8_t> message)
         } else if constexpr (std::is_same_v<T, wire::Goodbye>) {
           LOG_DEBUG("rank %u said goodbye", from);
         } else {
-          // Heartbeats and the rest carry nothing this client acts on yet.
+          // Heartbeats and the join messages carry nothing this client acts on.
+          on_failure_control(from, *r.message);
         }
       },
       *r.message);
+}
+
+bool PeerRouter::on_failure_control(uint32_t from, const wire::ControlMessage &m) {
+  if (const auto *f = std::get_if<wire::PeerFailed>(&m))
+    on_failure_notice(client_, from, *f);
+  else if (const auto *l = std::get_if<wire::CommLeft>(&m))
+    client_.comms().on_notice(from, *l);
+  else if (const auto *v = std::get_if<wire::Revoke>(&m))
+    client_.comms().on_notice(from, *v);
+  else if (const auto *a = std::get_if<wire::AgreeMsg>(&m))
+    client_.comms().on_notice(from, *a);
+  else
+    return false;
+  return true;
 }
 
 void PeerRouter::on_handshake_done(QuicConnection *c, const NodeIdentity &peer) {

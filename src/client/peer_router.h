@@ -40,6 +40,9 @@ class PeerRouter : public ConnectionHandler {
   // The first control message on a connection a peer dialled: checked
   // against the rank its certificate names before anything else flows.
   void on_hello(QuicConnection *c, const wire::Hello &h);
+  // Failure notices, leave, revoke and agreement messages (direct or
+  // relayed); false for other messages.
+  bool on_failure_control(uint32_t from, const wire::ControlMessage &m);
 
   Client &client_;
 };

@@ -33,5 +33,8 @@ Task<Status> barrier(Coll &c);
 // Split by (color, key): *out gets this rank's new communicator.
 Task<Status> split(Communicator *comm, OpContext *op, uint32_t color, uint32_t key,
                    std::unique_ptr<Communicator> *out);
+// The survivors of comm after an agreement on the failed set, in their old
+// order, on the same engine and connections (shrink.cpp).
+Task<Status> shrink(Communicator *comm, OpContext *op, std::unique_ptr<Communicator> *out);
 
 }  // namespace nexar

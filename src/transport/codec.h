@@ -198,7 +198,7 @@ struct CollectiveMismatch {
 // it. Ranks whose host keys (boot id, network namespace, uid) match and that
 // both enable it set one up through the socket named here.
 struct ShmOffer {
-  static constexpr uint8_t kType = 0x07;
+  static constexpr uint8_t kType = 0x0B;
   static constexpr std::string_view kName = "ShmOffer";
   uint8_t enabled = 0;
   std::string host_key;
@@ -379,10 +379,92 @@ struct JoinError {
   bool operator==(const JoinError &) const = default;
 };
 
+// ---- Failures (client/comm_faults.h, client/agreement.h) ----
+
+// A rank declared world rank `rank` failed (silence past the heartbeat
+// timeout, a lost connection) and tells every other rank, so that every
+// survivor names the same culprit.
+struct PeerFailed {
+  static constexpr uint8_t kType = 0x07;
+  static constexpr std::string_view kName = "PeerFailed";
+  uint32_t rank = 0;
+  int32_t status = 0;
+  std::string reason;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("rank", m.rank);
+    f("status", m.status);
+    f("reason", m.reason);
+  }
+  bool operator==(const PeerFailed &) const = default;
+};
+
+// The sender destroyed its communicator comm_id after starting collective
+// number last_coll_seq there.
+struct CommLeft {
+  static constexpr uint8_t kType = 0x08;
+  static constexpr std::string_view kName = "CommLeft";
+  uint64_t comm_id = 0;
+  uint64_t last_coll_seq = 0;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("comm_id", m.comm_id);
+    f("last_coll_seq", m.last_coll_seq);
+  }
+  bool operator==(const CommLeft &) const = default;
+};
+
+// comm_id is revoked; every member forwards this once to every other member.
+// failed: the ranks the sender knows failed (little-endian u32 each), so that
+// a member the revocation reaches first still names them.
+struct Revoke {
+  static constexpr uint8_t kType = 0x09;
+  static constexpr std::string_view kName = "Revoke";
+  uint64_t comm_id = 0;
+  std::string failed;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("comm_id", m.comm_id);
+    f("failed", m.failed);
+  }
+  bool operator==(const Revoke &) const = default;
+};
+
+// One message of agreement number `round` on comm_id (client/agreement.h):
+// a vote (flags, the sender's failed and acknowledged ranks), a decision
+// (flags, status, failed ranks), or a new coordinator's poll (its failed
+// ranks). Rank lists are little-endian u32 ranks of the communicator.
+struct AgreeMsg {
+  static constexpr uint8_t kType = 0x0A;
+  static constexpr std::string_view kName = "AgreeMsg";
+  uint64_t comm_id = 0;
+  uint64_t round = 0;
+  uint8_t type = 0;
+  uint64_t flags = 0;
+  int32_t status = 0;
+  std::string failed;
+  std::string acked;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("comm_id", m.comm_id);
+    f("round", m.round);
+    f("type", m.type);
+    f("flags", m.flags);
+    f("status", m.status);
+    f("failed", m.failed);
+    f("acked", m.acked);
+  }
+  bool operator==(const AgreeMsg &) const = default;
+};
+
 using ControlMessage =
     std::variant<Hello, HelloAck, Heartbeat, Abort, Goodbye, CollectiveMismatch, JoinChallenge,
                  JoinRequest, JoinAdmitted, Welcome, MeshReady, JoinError, ShmOffer, StallQuery,
-                 StallAnswer>;
+                 StallAnswer, PeerFailed, CommLeft, Revoke, AgreeMsg>;
 
 // Exactly one of message / error is set.
 struct DecodeResult {

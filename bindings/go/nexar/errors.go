@@ -40,6 +40,8 @@ const (
 	ErrInternal         Status = C.NEXAR_ERR_INTERNAL           // a bug, or a panic in a Go RPC handler or completion callback
 	ErrRPCNotRegistered Status = C.NEXAR_ERR_RPC_NOT_REGISTERED // the target serves no handler for that function
 	ErrRPCFailed        Status = C.NEXAR_ERR_RPC_FAILED         // the target's handler returned an error
+	ErrRevoked          Status = C.NEXAR_ERR_REVOKED            // the communicator was revoked, here or by a peer
+	ErrExcluded         Status = C.NEXAR_ERR_EXCLUDED           // the peers declared this process failed and removed it
 )
 
 var statusNames = map[Status]string{
@@ -63,6 +65,8 @@ var statusNames = map[Status]string{
 	ErrInternal:         "NEXAR_ERR_INTERNAL",
 	ErrRPCNotRegistered: "NEXAR_ERR_RPC_NOT_REGISTERED",
 	ErrRPCFailed:        "NEXAR_ERR_RPC_FAILED",
+	ErrRevoked:          "NEXAR_ERR_REVOKED",
+	ErrExcluded:         "NEXAR_ERR_EXCLUDED",
 }
 
 // String returns the status's C name, e.g. "NEXAR_ERR_TIMEOUT".

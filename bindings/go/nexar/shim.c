@@ -172,3 +172,24 @@ nexar_status_t gx_stats(nexar_comm_t *c, nexar_stats_t *stats, gx_err *err) {
   stats->struct_size = sizeof *stats;
   return fail(nexar_comm_get_stats(c, stats), err);
 }
+
+nexar_status_t gx_get_failed(nexar_comm_t *c, uint32_t *ranks, uint32_t cap, uint32_t *count,
+                             gx_err *err) {
+  return fail(nexar_comm_get_failed(c, ranks, cap, count), err);
+}
+
+nexar_status_t gx_ack_failed(nexar_comm_t *c, uint32_t n, uint32_t *acked, gx_err *err) {
+  return fail(nexar_comm_ack_failed(c, n, acked), err);
+}
+
+nexar_status_t gx_revoke(nexar_comm_t *c, gx_err *err) {
+  return fail(nexar_comm_revoke(c), err);
+}
+
+nexar_status_t gx_agree(nexar_comm_t *c, uint64_t *flags, gx_err *err) {
+  return fail(nexar_comm_agree(c, flags, NULL, NULL), err);
+}
+
+nexar_status_t gx_shrink(nexar_comm_t *c, nexar_comm_t **out, gx_err *err) {
+  return fail(nexar_comm_shrink(c, out, NULL, NULL), err);
+}

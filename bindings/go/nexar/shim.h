@@ -73,6 +73,13 @@ nexar_status_t gx_options_init(nexar_comm_options_t *opts, gx_err *err);
 nexar_status_t gx_bootstrap_local(nexar_comm_t **comms, uint32_t n,
                                   const nexar_comm_options_t *opts, gx_err *err);
 nexar_status_t gx_init_from_env(nexar_comm_t **out, gx_err *err);
+/* Failures (faults.go): blocking calls. */
+nexar_status_t gx_get_failed(nexar_comm_t *c, uint32_t *ranks, uint32_t cap, uint32_t *count,
+                             gx_err *err);
+nexar_status_t gx_ack_failed(nexar_comm_t *c, uint32_t n, uint32_t *acked, gx_err *err);
+nexar_status_t gx_revoke(nexar_comm_t *c, gx_err *err);
+nexar_status_t gx_agree(nexar_comm_t *c, uint64_t *flags, gx_err *err);
+nexar_status_t gx_shrink(nexar_comm_t *c, nexar_comm_t **out, gx_err *err);
 nexar_status_t gx_join(nexar_comm_t **out, const nexar_comm_options_t *opts, gx_err *err);
 
 nexar_status_t gx_seed_options_init(nexar_seed_options_t *opts, gx_err *err);

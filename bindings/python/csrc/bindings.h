@@ -13,6 +13,7 @@ namespace nexar_py {
 void bind_collectives(py::class_<Communicator> &cls);
 void bind_point_to_point(py::class_<Communicator> &cls);
 void bind_rpc(py::class_<Communicator> &cls);
+void bind_faults(py::class_<Communicator> &cls);
 void bind_creation(py::module_ &m);
 void bind_seed(py::module_ &m);
 

@@ -61,11 +61,38 @@ class Communicator {
       std::lock_guard<std::mutex> r(rpc_mu_);
       gone.swap(handlers_);
     }
-    if (!gone.empty()) {
+    if (!gone.empty() || failure_callback) {
       py::gil_scoped_acquire gil;  // the handlers' functions go with the GIL
       gone.clear();
+      failure_callback.reset();
     }
   }
+
+  // Runs fn(handle) with the GIL released while the communicator cannot be
+  // closed; raises ClosedError when it is closed, the nexar error when fn
+  // returns one.
+  template <class Fn>
+  void call(const std::string &op, Fn &&fn) {
+    nexar_status_t st = NEXAR_OK;
+    std::string msg;
+    int32_t failed = -1;
+    bool was_closed = false;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_lock<std::shared_mutex> g(mu_);
+      if (!h_) {
+        was_closed = true;
+      } else {
+        st = fn(h_);
+        if (st != NEXAR_OK) read_last_error(&msg, &failed);
+      }
+    }
+    if (was_closed) raise_closed(op);
+    if (st != NEXAR_OK) raise_nexar(st, failed, msg, op, rank_);
+  }
+  // The Python failure callback (faults.cpp); released with the GIL held
+  // once the handle is destroyed, since no callback runs after that.
+  std::shared_ptr<py::object> failure_callback;
 
   void abort() {
     py::gil_scoped_release nogil;  // pending handlers may need the GIL to end

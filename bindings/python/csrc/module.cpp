@@ -103,6 +103,7 @@ returns a Request.)doc");
   bind_collectives(comm);
   bind_point_to_point(comm);
   bind_rpc(comm);
+  bind_faults(comm);
 
   bind_creation(m);
   bind_seed(m);

@@ -31,7 +31,7 @@ from ._support import (AbortedError, AuthError, ClosedError, InternalError, Inva
                        InvalidRankError, MismatchError, NexarError, NexarIOError, NotFoundError,
                        OutOfMemoryError, PeerFailedError, ProtocolError, RpcFailedError,
                        RpcNotRegisteredError, SizeMismatchError, TimeoutError, TLSError,
-                       UnsupportedError, WouldDeadlockError)
+                       UnsupportedError, WouldDeadlockError, RevokedError, ExcludedError)
 
 __all__ = [
     "init", "bootstrap_local", "version", "Communicator", "Request", "Op",
@@ -40,7 +40,7 @@ __all__ = [
     "TimeoutError", "PeerFailedError", "AbortedError", "ClosedError", "MismatchError",
     "TLSError", "AuthError", "ProtocolError", "OutOfMemoryError", "NexarIOError",
     "UnsupportedError", "NotFoundError", "WouldDeadlockError", "InternalError",
-    "RpcNotRegisteredError", "RpcFailedError",
+    "RpcNotRegisteredError", "RpcFailedError", "RevokedError", "ExcludedError",
     "flight_recorder_dump",
 ]
 __version__ = "0.1.0"

@@ -26,6 +26,8 @@ ERR_WOULD_DEADLOCK = -16
 ERR_INTERNAL = -17
 ERR_RPC_NOT_REGISTERED = -18
 ERR_RPC_FAILED = -19
+ERR_REVOKED = -20
+ERR_EXCLUDED = -21
 
 _NAMES = {
     ERR_INVALID_ARGUMENT: "NEXAR_ERR_INVALID_ARGUMENT",
@@ -47,6 +49,8 @@ _NAMES = {
     ERR_INTERNAL: "NEXAR_ERR_INTERNAL",
     ERR_RPC_NOT_REGISTERED: "NEXAR_ERR_RPC_NOT_REGISTERED",
     ERR_RPC_FAILED: "NEXAR_ERR_RPC_FAILED",
+    ERR_REVOKED: "NEXAR_ERR_REVOKED",
+    ERR_EXCLUDED: "NEXAR_ERR_EXCLUDED",
 }
 
 
@@ -167,6 +171,16 @@ class RpcNotRegisteredError(NexarError):
 class RpcFailedError(NexarError):
     """The target's handler failed; the message names its exception or status."""
     status = ERR_RPC_FAILED
+
+
+class RevokedError(NexarError):
+    """The communicator was revoked (here or by a peer): shrink it to go on."""
+    status = ERR_REVOKED
+
+
+class ExcludedError(NexarError):
+    """The other ranks declared this process failed and went on without it."""
+    status = ERR_EXCLUDED
 
 
 # One subclass per status, each declared above.

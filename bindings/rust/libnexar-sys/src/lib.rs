@@ -54,6 +54,8 @@ pub const NEXAR_ERR_INTERNAL: nexar_status_t = -17;
 pub const NEXAR_ERR_RPC_NOT_REGISTERED: nexar_status_t = -18;
 /// The target's handler returned an error.
 pub const NEXAR_ERR_RPC_FAILED: nexar_status_t = -19;
+pub const NEXAR_ERR_REVOKED: nexar_status_t = -20;
+pub const NEXAR_ERR_EXCLUDED: nexar_status_t = -21;
 
 // ---- Data types and reduction operators ----------------------------------------
 
@@ -498,7 +500,48 @@ extern "C" {
         comm: *mut nexar_comm_t,
         path: *const c_char,
     ) -> nexar_status_t;
+
+    pub fn nexar_comm_get_failed(
+        comm: *mut nexar_comm_t,
+        ranks: *mut u32,
+        capacity: u32,
+        count: *mut u32,
+    ) -> nexar_status_t;
+    pub fn nexar_comm_ack_failed(
+        comm: *mut nexar_comm_t,
+        num_to_ack: u32,
+        num_acked: *mut u32,
+    ) -> nexar_status_t;
+    pub fn nexar_comm_set_failure_callback(
+        comm: *mut nexar_comm_t,
+        fn_: nexar_failure_fn,
+        user_data: *mut c_void,
+    ) -> nexar_status_t;
+    pub fn nexar_comm_revoke(comm: *mut nexar_comm_t) -> nexar_status_t;
+    pub fn nexar_comm_is_revoked(comm: *const nexar_comm_t) -> i32;
+    pub fn nexar_comm_agree(
+        comm: *mut nexar_comm_t,
+        flags: *mut u64,
+        done: nexar_done_fn,
+        user_data: *mut c_void,
+    ) -> nexar_status_t;
+    pub fn nexar_comm_shrink(
+        comm: *mut nexar_comm_t,
+        out: *mut *mut nexar_comm_t,
+        done: nexar_done_fn,
+        user_data: *mut c_void,
+    ) -> nexar_status_t;
 }
+
+/// Called once per failed rank (`nexar_failure_fn`).
+pub type nexar_failure_fn = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        comm: *mut nexar_comm_t,
+        rank: u32,
+        cause: nexar_status_t,
+    ),
+>;
 
 #[cfg(test)]
 mod layout;

@@ -52,6 +52,10 @@ pub enum Status {
     RpcNotRegistered,
     /// `NEXAR_ERR_RPC_FAILED`: the target's handler returned an error.
     RpcFailed,
+    /// `NEXAR_ERR_REVOKED`: the communicator was revoked, here or by a peer.
+    Revoked,
+    /// `NEXAR_ERR_EXCLUDED`: the peers declared this process failed.
+    Excluded,
     /// A code this binding does not name.
     Unknown(i32),
 }
@@ -128,6 +132,12 @@ const TABLE: &[(Status, i32, &str)] = &[
         Status::RpcFailed,
         sys::NEXAR_ERR_RPC_FAILED,
         "NEXAR_ERR_RPC_FAILED",
+    ),
+    (Status::Revoked, sys::NEXAR_ERR_REVOKED, "NEXAR_ERR_REVOKED"),
+    (
+        Status::Excluded,
+        sys::NEXAR_ERR_EXCLUDED,
+        "NEXAR_ERR_EXCLUDED",
     ),
 ];
 

@@ -120,7 +120,7 @@ impl Communicator {
 
     /// Takes ownership of the handle a creating call that returned NEXAR_OK
     /// wrote to `out` (`rank`: the rank of the communicator it was called on).
-    fn adopt(
+    pub(super) fn adopt(
         op: &'static str,
         rank: Option<u32>,
         out: *mut sys::nexar_comm_t,

@@ -1,0 +1,121 @@
+/*
+ * A worker for the failure tests, written against the public C ABI only: it
+ * joins through nexar_comm_init_from_env and runs allreduces with checked
+ * results until one fails. Then, as a survivor would, it revokes, shrinks
+ * and runs more allreduces on the survivors' communicator. It reports on
+ * stdout:
+ *
+ *   JOINED rank=R size=N
+ *   RUNNING rank=R                       (after the first allreduces)
+ *   FAILED rank=R status=S failed_rank=F <message>
+ *   SHRUNK rank=R size=N                 (its rank in the new communicator)
+ *   RECOVERED rank=R                     (exit 0)
+ *   EXCLUDED rank=R <message>            (exit 5)
+ *   ERROR <what> status=S <message>      (exit 4)
+ *   DESTROYED rank=R                     (exit 0)
+ *
+ * With FAILURE_WORKER_ABORT_FILE=F in the environment, a second thread waits
+ * until F exists, then aborts the communicator; the main thread, whose
+ * allreduce then fails, destroys it, prints DESTROYED and exits.
+ */
+#include <nexar.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { kCount = 1 << 16 }; /* 512 KiB of u64 per allreduce */
+
+static uint64_t in_buf[kCount], out_buf[kCount];
+
+/* One allreduce of rank + 1 + round + k; returns its status, checks the sum. */
+static nexar_status_t allreduce_round(nexar_comm_t *comm, uint64_t round) {
+  const uint64_t n = nexar_comm_size(comm), me = nexar_comm_rank(comm);
+  for (uint64_t k = 0; k < kCount; ++k)
+    in_buf[k] = me + 1 + round + k;
+  nexar_status_t s =
+      nexar_allreduce(comm, in_buf, out_buf, kCount, NEXAR_DTYPE_U64, NEXAR_OP_SUM, NULL, NULL);
+  if (s != NEXAR_OK) return s;
+  for (uint64_t k = 0; k < kCount; ++k)
+    if (out_buf[k] != n * (n + 1) / 2 + n * (round + k)) {
+      printf("ERROR wrong-sum rank=%u round=%llu element=%llu\n", (unsigned)me,
+             (unsigned long long)round, (unsigned long long)k);
+      exit(4);
+    }
+  return NEXAR_OK;
+}
+
+static void excluded(nexar_comm_t *comm, const char *what) {
+  printf("EXCLUDED rank=%u %s: %s\n", nexar_comm_rank(comm), what, nexar_last_error_message());
+  fflush(stdout);
+  nexar_comm_abort(comm);
+  nexar_comm_destroy(comm);
+  exit(5);
+}
+
+static void *abort_when_file_exists(void *arg) {
+  nexar_comm_t *comm = (nexar_comm_t *)arg;
+  const char *path = getenv("FAILURE_WORKER_ABORT_FILE");
+  while (access(path, F_OK) != 0)
+    usleep(10000);
+  nexar_comm_abort(comm);
+  return NULL;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  nexar_comm_t *comm = NULL;
+  nexar_status_t s = nexar_comm_init_from_env(&comm);
+  if (s != NEXAR_OK) {
+    printf("ERROR join status=%d %s\n", s, nexar_last_error_message());
+    return 4;
+  }
+  const unsigned me = nexar_comm_rank(comm);
+  printf("JOINED rank=%u size=%u\n", me, nexar_comm_size(comm));
+  pthread_t aborter;
+  const int abort_on_file = getenv("FAILURE_WORKER_ABORT_FILE") != NULL;
+  if (abort_on_file) pthread_create(&aborter, NULL, abort_when_file_exists, comm);
+  uint64_t round = 0;
+  for (;; ++round) {
+    s = allreduce_round(comm, round);
+    if (s != NEXAR_OK) break;
+    if (round == 3) printf("RUNNING rank=%u\n", me);
+    if (round > 1000000) {
+      printf("ERROR no-failure rank=%u\n", me);
+      return 4;
+    }
+  }
+  if (s == NEXAR_ERR_EXCLUDED) excluded(comm, "allreduce");
+  if (abort_on_file && s == NEXAR_ERR_ABORTED) {
+    pthread_join(aborter, NULL);
+    nexar_comm_destroy(comm);
+    printf("DESTROYED rank=%u\n", me);
+    return 0;
+  }
+  nexar_completion_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  nexar_last_error(&info);
+  printf("FAILED rank=%u status=%d failed_rank=%d %s\n", me, s, info.failed_rank, info.message);
+  nexar_comm_revoke(comm);
+  nexar_comm_t *shrunk = NULL;
+  s = nexar_comm_shrink(comm, &shrunk, NULL, NULL);
+  if (s == NEXAR_ERR_EXCLUDED) excluded(comm, "shrink");
+  if (s != NEXAR_OK) {
+    printf("ERROR shrink status=%d %s\n", s, nexar_last_error_message());
+    return 4;
+  }
+  printf("SHRUNK rank=%u size=%u\n", nexar_comm_rank(shrunk), nexar_comm_size(shrunk));
+  for (uint64_t r = 0; r < 5; ++r) {
+    s = allreduce_round(shrunk, r);
+    if (s != NEXAR_OK) {
+      printf("ERROR after-shrink status=%d %s\n", s, nexar_last_error_message());
+      return 4;
+    }
+  }
+  printf("RECOVERED rank=%u\n", me);
+  nexar_comm_destroy(shrunk);
+  nexar_comm_destroy(comm);
+  return 0;
+}

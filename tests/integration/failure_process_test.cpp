@@ -1,0 +1,107 @@
+// Failures of real processes through a real seed (tests/cluster/
+// failure_worker.c runs allreduces with checked results until one fails,
+// then revokes, shrinks and goes on):
+// - kill -9 of one of 4 ranks mid-allreduce: every survivor's operation fails
+//   naming the killed rank (not a survivor that left first); the survivors
+//   shrink and finish further allreduces with exact results;
+// - SIGSTOP of one: the others declare it failed and go on; when it wakes,
+//   its operations fail with NEXAR_ERR_EXCLUDED;
+// - abort and destroy with a frozen peer return without waiting for it.
+#include <gtest/gtest.h>
+#include <nexar.h>
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "seed_and_workers.h"
+
+using namespace cluster_test;
+
+namespace {
+
+// n failure workers through a real seed, each with `extra` in its environment.
+struct Job {
+  TempDir dir;
+  std::unique_ptr<Proc> seed;
+  std::vector<std::unique_ptr<Proc>> ranks;
+  std::vector<Proc *> all;
+
+  Job(int n, const Proc::Env &extra) {
+    std::string addr;
+    seed = start_seed(dir, "seed",
+                      {"--world-size", std::to_string(n), "--token-file", write_token(dir)}, &addr);
+    all.push_back(seed.get());
+    for (int r = 0; r < n; ++r) {
+      Proc::Env env{
+          {"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}, {"NEXAR_RANK", std::to_string(r)}};
+      env.insert(extra.begin(), extra.end());
+      ranks.push_back(std::make_unique<Proc>(dir, "rank" + std::to_string(r),
+                                             std::vector<std::string>{NEXAR_FAILURE_WORKER_BIN},
+                                             env));
+      all.push_back(ranks.back().get());
+    }
+  }
+  bool running() {
+    for (auto &p : ranks)
+      if (!p->wait_output("RUNNING rank=", 60)) return false;
+    return true;
+  }
+  // Survivor r named `culprit`, shrank to (new_rank of new_size) and went on.
+  void expect_recovered(int r, int culprit, int new_rank, int new_size) {
+    Proc &p = *ranks[r];
+    ASSERT_TRUE(p.wait(60)) << dump_all(all);
+    EXPECT_EQ(p.code(), 0) << p.dump();
+    const std::string out = p.out();
+    EXPECT_TRUE(contains(out, "FAILED rank=" + std::to_string(r) +
+                                  " status=-5 failed_rank=" + std::to_string(culprit)))
+        << p.dump();
+    EXPECT_TRUE(contains(
+        out, "SHRUNK rank=" + std::to_string(new_rank) + " size=" + std::to_string(new_size)))
+        << p.dump();
+    EXPECT_TRUE(contains(out, "RECOVERED rank=" + std::to_string(r))) << p.dump();
+  }
+};
+
+const Proc::Env kFastHeartbeat{{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
+                               {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}};
+
+}  // namespace
+
+TEST(FailureProcesses, KilledRankIsNamedByEverySurvivorWhoShrinkAndGoOn) {
+  Job job(4, kFastHeartbeat);
+  ASSERT_TRUE(job.running()) << dump_all(job.all);
+  job.ranks[2]->signal(SIGKILL);
+  for (int r : {0, 1, 3})
+    job.expect_recovered(r, 2, r == 3 ? 2 : r, 3);
+}
+
+TEST(FailureProcesses, FrozenRankIsExcludedWhenItWakes) {
+  Job job(4, kFastHeartbeat);
+  ASSERT_TRUE(job.running()) << dump_all(job.all);
+  job.ranks[1]->signal(SIGSTOP);
+  for (int r : {0, 2, 3})
+    job.expect_recovered(r, 1, r == 0 ? 0 : r - 1, 3);
+  job.ranks[1]->signal(SIGCONT);
+  Proc &woken = *job.ranks[1];
+  ASSERT_TRUE(woken.wait(60)) << woken.dump();
+  EXPECT_EQ(woken.code(), 5) << woken.dump();
+  EXPECT_TRUE(contains(woken.out(), "EXCLUDED rank=1")) << woken.dump();
+}
+
+TEST(FailureProcesses, AbortAndDestroyWithAFrozenPeerReturn) {
+  TempDir files;
+  const std::string trigger = files / "abort-now";
+  Job job(2, {{"NEXAR_HEARTBEAT_TIMEOUT_SECS", "60"}, {"FAILURE_WORKER_ABORT_FILE", trigger}});
+  ASSERT_TRUE(job.running()) << dump_all(job.all);
+  job.ranks[1]->signal(SIGSTOP);
+  FILE *f = fopen(trigger.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fclose(f);
+  // A hang guard, far above the ~2 s bound on closing connections.
+  Proc &r0 = *job.ranks[0];
+  EXPECT_TRUE(r0.wait(10)) << dump_all(job.all);
+  EXPECT_EQ(r0.code(), 0) << r0.dump();
+  EXPECT_TRUE(contains(r0.out(), "DESTROYED rank=0")) << r0.dump();
+  job.ranks[1]->signal(SIGCONT);
+}
