@@ -59,6 +59,7 @@ class SendCompletionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     Config cfg;
+    cfg.shm = NEXAR_SHM_OFF;  // QUIC's acknowledgements are what is tested
     ASSERT_TRUE(bootstrap_local(2, cfg, &world_).ok());
     op_ = std::make_unique<OpContext>(&sender().loop(), 1, "send completion test");
   }
