@@ -40,8 +40,14 @@ Status Communicator::submit_collective(const char *name, Body body, nexar_done_f
   return submit_op(name, std::move(body), done, user_data, true, seq_out);
 }
 
+Status Communicator::submit_collectives(const char *name, Body body, uint32_t numbers,
+                                        nexar_done_fn done, void *user_data, uint64_t *seq_out) {
+  return submit_op(name, std::move(body), done, user_data, true, seq_out,
+                   numbers > 0 ? numbers : 1);
+}
+
 Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
-                               bool collective, uint64_t *seq_out) {
+                               bool collective, uint64_t *seq_out, uint32_t coll_numbers) {
   if (!done && in_user_callback())
     return error(NEXAR_ERR_WOULD_DEADLOCK,
                  format("%s: a blocking call (done == NULL) from inside a completion callback "
@@ -66,22 +72,26 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
     uint64_t coll_seq = 0;
     if (collective) {
       numbering.lock();
-      coll_seq = next_coll_seq_++;
+      coll_seq = next_coll_seq_;
+      next_coll_seq_ += coll_numbers;
     }
     posted = client_->loop().post(
-        [this, seq, coll_seq, op_name, body = std::move(body), done, user_data, slot]() mutable {
+        [this, seq, coll_seq, coll_numbers, op_name, body = std::move(body), done, user_data,
+         slot]() mutable {
           auto op = std::make_unique<OpContext>(&client_->loop(), seq, op_name);
           OpContext *raw = op.release();  // owned by the running operation until deliver()
-          raw->set_coll_seq(coll_seq);
+          raw->set_coll_seq(coll_seq, coll_numbers);
           active_.insert(raw);
           if (!ended_.ok())
             raw->fail(error(ended_.code, format("%s: %s", op_name.c_str(), ended_.message.c_str()),
                             ended_.failed_rank));
           if (coll_seq) {
-            if (coll_seq > started_coll_seq_) started_coll_seq_ = coll_seq;
-            auto early = early_mismatch_.find(coll_seq);
-            if (early != early_mismatch_.end()) {
-              raw->fail(early->second);
+            const uint64_t last = coll_seq + coll_numbers - 1;
+            if (last > started_coll_seq_) started_coll_seq_ = last;
+            for (uint64_t n = coll_seq; n <= last && !early_mismatch_.empty(); ++n) {
+              auto early = early_mismatch_.find(n);
+              if (early == early_mismatch_.end()) continue;
+              if (!raw->failed()) raw->fail(early->second);
               early_mismatch_.erase(early);
             }
           }
@@ -90,7 +100,7 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
           });
         },
         /*wake=*/!slot);
-    if (!posted && collective) --next_coll_seq_;
+    if (!posted && collective) next_coll_seq_ -= coll_numbers;
   }
   if (!posted) {
     tracker_->done();
@@ -182,7 +192,7 @@ void Communicator::on_collective_mismatch(uint64_t seq, const Status &s) {
   if (seq <= started_coll_seq_) {
     // Started here: fail it if it still runs (otherwise it already ended).
     for (OpContext *op : active_)
-      if (op->coll_seq() == seq) op->fail(s);
+      if (op->covers_coll_seq(seq)) op->fail(s);
     return;
   }
   // Not started here yet: fail it when it starts. Bounded: one entry per

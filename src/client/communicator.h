@@ -59,6 +59,10 @@ class Communicator {
   // in the same order); body receives that number as op->coll_seq().
   Status submit_collective(const char *name, Body body, nexar_done_fn done, void *user_data,
                            uint64_t *seq_out = nullptr);
+  // A collective made of `numbers` consecutive collectives (numbers >= 1):
+  // body's op->coll_seq() is the first, op->coll_seq_count() says how many.
+  Status submit_collectives(const char *name, Body body, uint32_t numbers, nexar_done_fn done,
+                            void *user_data, uint64_t *seq_out = nullptr);
   // Fails every operation in flight now and tells the peers.
   void abort();
   // Completes everything pending with NEXAR_ERR_CLOSED and waits until every
@@ -86,7 +90,7 @@ class Communicator {
 
  private:
   Status submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
-                   bool collective, uint64_t *seq_out);
+                   bool collective, uint64_t *seq_out, uint32_t coll_numbers = 1);
   void deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
                std::shared_ptr<BlockingSlot> slot);
   void wait_idle();
