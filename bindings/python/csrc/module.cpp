@@ -99,6 +99,7 @@ returns a Request.)doc");
   bind_collectives(comm);
   bind_point_to_point(comm);
   bind_rpc(comm);
+  bind_gradients(m, comm);
 
   bind_creation(m);
   bind_seed(m);

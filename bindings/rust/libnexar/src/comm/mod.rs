@@ -14,11 +14,13 @@ use std::sync::Mutex;
 mod checks;
 mod collectives;
 mod collectives_async;
+mod gradients;
 mod lifecycle;
 mod p2p;
 mod rpc;
 mod stats;
 
+pub use gradients::{CompressKind, Compressor};
 pub use stats::Stats;
 
 /// One rank's view of a group of processes (`nexar_comm_t`).
