@@ -121,7 +121,7 @@ def test_compressor_arguments():
         nexar.Compressor("sparse", count=10)
     with pytest.raises(nexar.InvalidArgumentError):
         nexar.Compressor("topk", ratio=2.0, count=10)
-    with pytest.raises(TypeError):
+    with pytest.raises(nexar.InvalidArgumentError, match="f32, f64, f16 or bf16"):
         nexar.Compressor("topk", count=10, dtype=np.int32)
     z = nexar.Compressor("randomk", count=10, dtype=np.float64)
     z.reset()
