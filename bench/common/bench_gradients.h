@@ -7,9 +7,9 @@
 //   compressed_topk   nexar_allreduce_compressed, TopK 1 % of the row's size
 //   compressed_randomk  the same with RandomK
 // Checks: bucketed and per_tensor give the allreduce's result; the
-// compressed rows send rank + 1 everywhere, so the result is the sum of
-// every rank's values at k = 1 % positions (TopK: ties keep the first k; the
-// same ones on every rank) and zero elsewhere.
+// compressed rows send (rank + 1) times a pattern every rank shares, so all
+// keep the same positions and the result is the sum of every rank's values
+// at k = 1 % positions and zero elsewhere.
 #pragma once
 
 #include <algorithm>
@@ -36,6 +36,32 @@ constexpr double kCompressRatio = 0.01;
 inline std::size_t compressedK(std::size_t count) {
   const double kept = std::floor(kCompressRatio * static_cast<double>(count));
   return std::clamp<std::size_t>(static_cast<std::size_t>(kept), 1, count);
+}
+
+// The compressed rows' input on rank r: (r + 1) times this, a small integer
+// (1 to 4096; sums stay exact) spread over the positions, so that every rank
+// keeps the same TopK positions and the selection sees many distinct values.
+inline float compressedMagnitude(std::size_t i) {
+  return float(1 + (std::uint32_t(i * 2654435761u) >> 20));
+}
+
+// The positions TopK keeps of compressedMagnitude: the k largest, ties to the
+// lower position (as nexar_compressor_create's TopK does).
+inline std::vector<char> compressedTopk(std::size_t count, std::size_t k) {
+  std::vector<float> m(count);
+  for (std::size_t i = 0; i < count; ++i)
+    m[i] = compressedMagnitude(i);
+  std::vector<float> sorted = m;
+  std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(k - 1), sorted.end(),
+                   [](float a, float b) { return a > b; });
+  const float t = sorted[k - 1];
+  std::size_t ties = k;
+  for (float x : m)
+    ties -= x > t;
+  std::vector<char> kept(count, 0);
+  for (std::size_t i = 0; i < count; ++i)
+    kept[i] = m[i] > t || (m[i] == t && ties > 0 && ties--);
+  return kept;
 }
 
 // ResNet-50's parameter tensors in torchvision's order (elements each): the

@@ -382,7 +382,7 @@ inline void fillCheck(const std::string &op, int rank, int n, const Layout &l, f
       in[i] = allreduceInput(rank, i);
   } else if (isCompressedOp(op)) {
     for (std::size_t i = 0; i < l.in_count; ++i)
-      in[i] = float(rank + 1);
+      in[i] = float(rank + 1) * compressedMagnitude(i);
   } else if (op == "allgather") {
     for (std::size_t i = 0; i < l.in_count; ++i)
       in[i] = allgatherValue(rank, i);
@@ -431,16 +431,19 @@ inline CheckResult checkOutput(const std::string &op, int rank, int n, const Lay
                                const float *out) {
   CheckResult c;
   if (isCompressedOp(op)) {
-    // The sum of rank + 1 over ranks at k positions (TopK: the first k), 0 elsewhere.
-    const float sum = float(n) * float(n + 1) / 2.0f;
+    // Every rank keeps the same k positions (TopK: those of the k largest
+    // magnitudes); there the result is the sum over ranks, elsewhere 0.
     const std::size_t k = compressedK(l.out_count);
+    const std::vector<char> topk =
+        op == "compressed_topk" ? compressedTopk(l.out_count, k) : std::vector<char>();
     std::size_t kept = 0;
     for (std::size_t i = 0; i < l.out_count; ++i) {
-      const bool topk_kept = i < k;
-      if (op == "compressed_topk" ? out[i] != (topk_kept ? sum : 0.0f)
-                                  : out[i] != sum && out[i] != 0.0f)
-        c.bad(i, out[i], op == "compressed_topk" && !topk_kept ? 0.0f : sum);
-      kept += out[i] == sum;
+      float sum = 0.0f;
+      for (int r = 0; r < n; ++r)
+        sum += float(r + 1) * compressedMagnitude(i);
+      const float want = topk.empty() ? (out[i] == 0.0f ? 0.0f : sum) : topk[i] ? sum : 0.0f;
+      if (out[i] != want) c.bad(i, out[i], want);
+      kept += out[i] != 0.0f;
     }
     if (c.ok && kept != k) c.fail("kept " + std::to_string(kept) + " of k " + std::to_string(k));
     return c;

@@ -82,24 +82,32 @@ Task<Status> exchange(Coll &c, uint32_t phase, const std::vector<Pairs> &mine,
 }
 
 // The sum of every rank's pairs in this rank's block, in rank order, rounded
-// once to the dtype: the union of their positions, ascending.
+// once to the dtype: the union of their positions, ascending. A merge of the
+// ranks' ascending lists: O(pairs x ranks), nothing the size of the block.
 template <class Acc>
-Pairs sum_block(const Coll &c, const std::vector<Pairs> &in, size_t lo, size_t len) {
+Pairs sum_block(const Coll &c, const std::vector<Pairs> &in) {
   const nexar_dtype_t dtype = c.args().dtype;
-  std::vector<Acc> acc(len, Acc(0));
-  std::vector<uint8_t> touched(len, 0);
-  for (const Pairs &p : in)
-    for (uint64_t i = 0; i < p.m; ++i) {
-      const size_t at = p.index()[i] - lo;
-      acc[at] += widen<Acc>(p.values(), i, dtype);
-      touched[at] = 1;
-    }
+  const size_t n = in.size();
+  std::vector<uint64_t> at(n, 0);
   std::vector<uint32_t> index;
-  for (size_t i = 0; i < len; ++i)
-    if (touched[i]) index.push_back(static_cast<uint32_t>(lo + i));
-  std::vector<uint8_t> values(index.size() * c.esize());
-  for (size_t j = 0; j < index.size(); ++j)
-    narrow(values.data(), j, acc[index[j] - lo], dtype);
+  std::vector<uint8_t> values;
+  size_t total = 0;
+  for (const Pairs &p : in)
+    total += p.m;
+  index.reserve(total);
+  values.resize(total * c.esize());
+  for (;;) {
+    uint64_t next = UINT64_MAX;
+    for (size_t r = 0; r < n; ++r)
+      if (at[r] < in[r].m) next = std::min<uint64_t>(next, in[r].index()[at[r]]);
+    if (next == UINT64_MAX) break;
+    Acc sum = Acc(0);
+    for (size_t r = 0; r < n; ++r)
+      if (at[r] < in[r].m && in[r].index()[at[r]] == next)
+        sum += widen<Acc>(in[r].values(), at[r]++, dtype);
+    narrow(values.data(), index.size(), sum, dtype);
+    index.push_back(static_cast<uint32_t>(next));
+  }
   return pack_pairs(index.data(), values.data(), index.size(), c.esize());
 }
 
@@ -121,9 +129,8 @@ Task<Status> topk_exchange(Coll &c, const CompressedPart *part, void *recvbuf) {
   }
   Status s = co_await exchange(c, kPhaseScatterCount, mine, &theirs, blocks, true);
   if (!s) co_return s;
-  Pairs owned = part->dtype == NEXAR_DTYPE_F64
-                    ? sum_block<double>(c, theirs, blocks.offset(me), blocks.length(me))
-                    : sum_block<float>(c, theirs, blocks.offset(me), blocks.length(me));
+  Pairs owned =
+      part->dtype == NEXAR_DTYPE_F64 ? sum_block<double>(c, theirs) : sum_block<float>(c, theirs);
   for (uint32_t j = 0; j < n; ++j)
     mine[j] = Pairs();
   std::vector<Pairs> unions(n);

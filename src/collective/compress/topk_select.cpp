@@ -2,40 +2,32 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 
 namespace nexar {
 namespace {
 
 // The magnitude's bits: for IEEE floats without the sign bit, their order is
 // the order of the magnitudes (NaNs above infinity).
-template <class F>
-struct MagnitudeKey;
-template <>
-struct MagnitudeKey<float> {
-  using Key = uint32_t;
-  static constexpr int kBucketShift = 16;  // 15 bits: exponent and 7 mantissa bits
-  static Key of(float x) {
-    Key k;
-    memcpy(&k, &x, sizeof k);
-    return k & 0x7fffffffu;
-  }
-};
-template <>
-struct MagnitudeKey<double> {
-  using Key = uint64_t;
-  static constexpr int kBucketShift = 48;  // 15 bits: exponent and 4 mantissa bits
-  static Key of(double x) {
-    Key k;
-    memcpy(&k, &x, sizeof k);
-    return k & 0x7fffffffffffffffull;
-  }
-};
+inline uint32_t magnitude_key(float x) {
+  uint32_t k;
+  memcpy(&k, &x, sizeof k);
+  return k & 0x7fffffffu;
+}
+inline uint64_t magnitude_key(double x) {
+  uint64_t k;
+  memcpy(&k, &x, sizeof k);
+  return k & 0x7fffffffffffffffull;
+}
 
+// Radix selection, 16 bits a pass from the top: each pass counts the next
+// digit of the keys that share the prefix found so far, and keeps the digit
+// holding the k-th largest. After all digits the prefix is the k-th largest
+// key itself (the threshold) and `need` says how many keys equal to it to
+// take. Ties cost nothing extra (no candidates are gathered and ordered).
 template <class F>
 void select(const F *v, size_t n, size_t k, std::vector<uint32_t> *out) {
-  using M = MagnitudeKey<F>;
-  using Key = typename M::Key;
+  using Key = decltype(magnitude_key(F()));
+  constexpr int kBits = 8 * sizeof(Key), kDigit = 16;
   out->clear();
   if (k >= n) {
     out->resize(n);
@@ -44,34 +36,29 @@ void select(const F *v, size_t n, size_t k, std::vector<uint32_t> *out) {
     return;
   }
   if (k == 0) return;
-  constexpr size_t kBuckets = size_t{1} << 15;
-  std::vector<uint32_t> hist(kBuckets, 0);
-  for (size_t i = 0; i < n; ++i)
-    ++hist[M::of(v[i]) >> M::kBucketShift];
-  // The bucket b holding the k-th largest: fewer than k above it.
-  size_t above = 0, b = kBuckets;
-  while (b-- > 0) {
-    if (above + hist[b] >= k) break;
-    above += hist[b];
+  std::vector<uint32_t> hist(size_t{1} << kDigit);
+  Key prefix = 0;
+  size_t need = k;  // how many of the keys under the prefix to take
+  for (int shift = kBits - kDigit; shift >= 0; shift -= kDigit) {
+    std::fill(hist.begin(), hist.end(), 0);
+    const int above = shift + kDigit;  // bits of the prefix so far
+    for (size_t i = 0; i < n; ++i) {
+      const Key key = magnitude_key(v[i]);
+      if (above == kBits || (key >> above) == prefix) ++hist[(key >> shift) & 0xffff];
+    }
+    size_t d = hist.size(), taken = 0;
+    while (d-- > 0) {
+      if (taken + hist[d] >= need) break;
+      taken += hist[d];
+    }
+    need -= taken;
+    prefix = static_cast<Key>((prefix << kDigit) | d);
   }
-  const size_t need = k - above;  // 1 <= need <= hist[b]
-  std::vector<Key> candidates;
-  candidates.reserve(hist[b]);
-  for (size_t i = 0; i < n; ++i) {
-    const Key key = M::of(v[i]);
-    if ((key >> M::kBucketShift) == b) candidates.push_back(key);
-  }
-  std::nth_element(candidates.begin(), candidates.begin() + (need - 1), candidates.end(),
-                   std::greater<Key>());
-  const Key threshold = candidates[need - 1];
-  size_t greater = 0;
-  for (Key c : candidates)
-    greater += c > threshold;
-  size_t ties = need - greater;  // elements equal to the threshold to take
+  const Key threshold = prefix;
   out->reserve(k);
   for (size_t i = 0; i < n; ++i) {
-    const Key key = M::of(v[i]);
-    if (key > threshold || (key == threshold && ties > 0 && ties--))
+    const Key key = magnitude_key(v[i]);
+    if (key > threshold || (key == threshold && need > 0 && need--))
       out->push_back(static_cast<uint32_t>(i));
   }
 }

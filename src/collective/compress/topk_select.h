@@ -1,8 +1,8 @@
 // TopK selection in O(n): the positions of the k elements of largest
-// magnitude, without sorting. A histogram of the magnitudes' top bits finds
-// the bucket holding the k-th largest; only that bucket's elements are
-// ordered (nth_element) to find the exact threshold; a last pass collects
-// the positions in ascending order. Ties at the threshold go to the lower
+// magnitude, without sorting. Radix selection on the magnitudes' bits, 16
+// bits a pass (two passes for floats, four for doubles), finds the k-th
+// largest magnitude exactly; a last pass collects the positions in ascending
+// order. Ties at the threshold go to the lower
 // positions, so the result equals a stable sort by decreasing magnitude cut
 // after k. NaNs count as larger than infinity.
 #pragma once
