@@ -92,8 +92,7 @@ nexar_status_t gx_compressor_create(nexar_compressor_t **out, int32_t kind, doub
                                     size_t count, nexar_dtype_t dtype, uint64_t seed, gx_err *err);
 nexar_status_t gx_allreduce_compressed(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
                                        size_t count, nexar_dtype_t dtype,
-                                       nexar_compressor_t *compressor, gx_pending *p,
-                                       gx_err *err);
+                                       nexar_compressor_t *compressor, gx_pending *p, gx_err *err);
 
 /* enable != 0 sends nexar's log lines to Go's goNexarLog; 0 restores stderr. */
 nexar_status_t gx_set_log(int enable, gx_err *err);
