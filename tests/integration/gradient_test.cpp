@@ -170,7 +170,8 @@ TEST(AllreduceBucketed, FloatResultsAreBitIdenticalOnEveryRank) {
   });
   for (uint32_t r = 1; r < n; ++r)
     for (size_t i = 0; i < counts.size(); ++i)
-      ASSERT_EQ(0, memcmp(results[r][i].data(), results[0][i].data(), counts[i] * 4))
+      ASSERT_TRUE(counts[i] == 0 ||
+                  memcmp(results[r][i].data(), results[0][i].data(), counts[i] * 4) == 0)
           << "rank " << r << " tensor " << i;
 }
 
