@@ -51,7 +51,8 @@ KEYS = {"lib": str, "op": str, "ranks": int, "bytes": int, "median_us": float, "
         "max_us": float, "loop_us": float, "algbw_gbps": float, "busbw_gbps": float,
         "cpu_us": float, "check": str}
 OPS = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "pingpong",
-       "stream"]
+       "stream", "bucketed", "per_tensor", "compressed_topk", "compressed_randomk"]
+GRADIENT_OPS = ["bucketed", "per_tensor", "compressed_topk", "compressed_randomk"]  # nexar only
 PEER_PACKAGES = {"openmpi": ["openmpi-bin", "libopenmpi-dev"],
                  "openmpi-shm": ["openmpi-bin", "libopenmpi-dev"],
                  "gloo": ["libgloo-dev"], "gloo-hd": ["libgloo-dev"]}
@@ -216,7 +217,9 @@ def mode_rows(bench, args, tmp):
     expected = []
     for n in ranks:
         for op in ops:
-            for lib in ["nexar"] + [l for l in compare if l != "gloo-hd" or op == "allreduce"]:
+            for lib in ["nexar"] + [l for l in compare
+                                    if (l != "gloo-hd" or op == "allreduce")
+                                    and (l.startswith("nexar") or op not in GRADIENT_OPS)]:
                 for s in [0] if op == "barrier" else sizes:
                     expected.append((lib, op, n, layout_bytes(op, s, n)))
     got = []

@@ -25,7 +25,7 @@ import sys
 BEGIN = "<!-- nexar-bench:results:begin -->"
 END = "<!-- nexar-bench:results:end -->"
 OPS = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "pingpong",
-       "stream"]
+       "stream", "bucketed", "per_tensor", "compressed_topk", "compressed_randomk"]
 LIBS = ["nexar", "nexar-quic", "nexar-spin", "nexar-bound", "openmpi", "openmpi-shm", "gloo", "gloo-hd"]
 
 

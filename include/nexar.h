@@ -1079,6 +1079,107 @@ NEXAR_API nexar_status_t nexar_comm_agree(nexar_comm_t *comm, uint64_t *flags, n
 NEXAR_API nexar_status_t nexar_comm_shrink(nexar_comm_t *comm, nexar_comm_t **out,
                                            nexar_done_fn done, void *user_data);
 
+/* ---- Gradient traffic: bucketed and compressed allreduce ------------------- */
+
+/** One buffer of a bucketed call. */
+typedef struct nexar_tensor {
+  void *buf;    /* in place: input and result */
+  size_t count; /* elements */
+} nexar_tensor_t;
+
+/**
+ * Allreduce each of n tensors in place, fused into buckets of about
+ * bucket_bytes that are reduced while the next ones are packed: small
+ * tensors share a bucket, a large one is split across buckets. Each element
+ * gets what nexar_allreduce of its tensor would give (integers exactly;
+ * floats bit-identical on every rank, possibly differently rounded than a
+ * per-tensor call because the algorithm follows the bucket's size). Every
+ * rank passes the same counts in the same order; ranks that disagree get
+ * NEXAR_ERR_MISMATCH at the first bucket that differs. Results are written
+ * bucket by bucket after each bucket completes: after a failure, the tensors
+ * of the failed bucket and of every later one are unchanged.
+ *
+ * @param comm          the communicator
+ * @param tensors       n tensors (buf may be NULL only when count is 0)
+ * @param n             how many
+ * @param dtype         a NEXAR_DTYPE_*
+ * @param op            a NEXAR_OP_*
+ * @param bucket_bytes  the bucket size; 0: NEXAR_BUCKET_BYTES, default 25 MiB
+ * @param done          completion callback (NULL: block)
+ * @param user_data     passed to done
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT (comm NULL, tensors NULL with
+ *         n > 0, a NULL buf with count > 0, bad dtype or op, malformed
+ *         NEXAR_BUCKET_BYTES). The tensors array and every buffer stay valid
+ *         until done has returned.
+ */
+NEXAR_API nexar_status_t nexar_allreduce_bucketed(nexar_comm_t *comm, const nexar_tensor_t *tensors,
+                                                  size_t n, nexar_dtype_t dtype, nexar_op_t op,
+                                                  size_t bucket_bytes, nexar_done_fn done,
+                                                  void *user_data);
+
+#define NEXAR_COMPRESS_TOPK 1    /* the k largest magnitudes, with their indices */
+#define NEXAR_COMPRESS_RANDOMK 2 /* k positions chosen by a seed every rank shares */
+
+/** A gradient compressor with its error-feedback residual. */
+typedef struct nexar_compressor nexar_compressor_t;
+
+/**
+ * A compressor for tensors of count elements of dtype (F32, F64, F16, BF16),
+ * keeping k = max(1, ratio * count) elements per call, with its own error-
+ * feedback residual (what was not sent is added to the next call's input).
+ * The residual is kept in the tensor's type, in f32 for F16 and BF16. A
+ * compressor serves one call at a time; it may be destroyed as soon as
+ * nexar_allreduce_compressed has returned.
+ *
+ * @param out    receives the compressor
+ * @param kind   NEXAR_COMPRESS_TOPK or NEXAR_COMPRESS_RANDOMK
+ * @param ratio  the fraction kept, in (0, 1]
+ * @param count  the tensor's elements, 1 to 2^32 - 1
+ * @param dtype  NEXAR_DTYPE_F32, F64, F16 or BF16
+ * @param seed   RandomK's positions follow it: the same on every rank
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT for any other value
+ */
+NEXAR_API nexar_status_t nexar_compressor_create(nexar_compressor_t **out, int32_t kind,
+                                                 double ratio, size_t count, nexar_dtype_t dtype,
+                                                 uint64_t seed);
+
+/** Frees a compressor (NULL is ignored). */
+NEXAR_API void nexar_compressor_destroy(nexar_compressor_t *compressor);
+
+/**
+ * Zeroes the residual (the call number, which picks RandomK's positions,
+ * goes on).
+ *
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when compressor is NULL
+ */
+NEXAR_API nexar_status_t nexar_compressor_reset(nexar_compressor_t *compressor);
+
+/**
+ * recvbuf = the SUM over ranks of each rank's compressed (sendbuf +
+ * residual): zero where no rank sent an element. The residual keeps what
+ * was not sent. Values are not scaled (divide by the world size for a
+ * mean). Compression happens in this call, on the calling thread; the
+ * exchange after it. Every rank's compressor has the same parameters and
+ * has made as many calls (checked: NEXAR_ERR_MISMATCH otherwise).
+ *
+ * @param comm        the communicator
+ * @param sendbuf     count elements of dtype (may equal recvbuf)
+ * @param recvbuf     count elements of dtype
+ * @param count       must be the compressor's count
+ * @param dtype       must be the compressor's dtype
+ * @param compressor  the compressor
+ * @param done        completion callback (NULL: block)
+ * @param user_data   passed to done
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT (NULL arguments, count or
+ *         dtype other than the compressor's). The buffers stay valid until
+ *         done has returned.
+ */
+NEXAR_API nexar_status_t nexar_allreduce_compressed(nexar_comm_t *comm, const void *sendbuf,
+                                                    void *recvbuf, size_t count,
+                                                    nexar_dtype_t dtype,
+                                                    nexar_compressor_t *compressor,
+                                                    nexar_done_fn done, void *user_data);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,15 +39,18 @@
 #include <string>
 #include <vector>
 
+#include "bench_gradients.h"
+
 namespace benchm {
 
 // ---------------------------------------------------------------- ops ----
 
 // The operations, as spelled on the command line and in the rows.
 inline const std::vector<std::string> &allOps() {
-  static const std::vector<std::string> ops = {"allreduce",      "broadcast", "allgather",
-                                               "reduce_scatter", "alltoall",  "barrier",
-                                               "pingpong",       "stream"};
+  static const std::vector<std::string> ops = {
+      "allreduce", "broadcast",  "allgather",       "reduce_scatter",
+      "alltoall",  "barrier",    "pingpong",        "stream",
+      "bucketed",  "per_tensor", "compressed_topk", "compressed_randomk"};
   return ops;
 }
 
@@ -77,7 +80,8 @@ inline double timeDivisor(const std::string &op) {
 inline double busbwFactor(const std::string &op, int n) {
   if (n <= 1) return op == "broadcast" || isP2p(op) ? 1.0 : 0.0;
   const double dn = double(n);
-  if (op == "allreduce") return 2.0 * (dn - 1.0) / dn;
+  // Gradient rows count the dense allreduce's bytes (what they replace).
+  if (op == "allreduce" || isGradientOp(op)) return 2.0 * (dn - 1.0) / dn;
   if (op == "allgather" || op == "reduce_scatter" || op == "alltoall") return (dn - 1.0) / dn;
   if (op == "broadcast" || isP2p(op)) return 1.0;
   return 0.0;  // barrier
@@ -373,9 +377,12 @@ inline void fillCheck(const std::string &op, int rank, int n, const Layout &l, f
   }
   for (std::size_t i = 0; i < l.out_count; ++i)
     out[i] = kSentinel;
-  if (op == "allreduce" || op == "reduce_scatter") {
+  if (op == "allreduce" || op == "reduce_scatter" || op == "bucketed" || op == "per_tensor") {
     for (std::size_t i = 0; i < l.in_count; ++i)
       in[i] = allreduceInput(rank, i);
+  } else if (isCompressedOp(op)) {
+    for (std::size_t i = 0; i < l.in_count; ++i)
+      in[i] = float(rank + 1) * compressedMagnitude(i);
   } else if (op == "allgather") {
     for (std::size_t i = 0; i < l.in_count; ++i)
       in[i] = allgatherValue(rank, i);
@@ -411,7 +418,7 @@ struct CheckResult {
 
 // Expected output element i of `op` on `rank` (out_count elements).
 inline float expectedOut(const std::string &op, int rank, int n, const Layout &l, std::size_t i) {
-  if (op == "allreduce") return allreduceExpect(n, i);
+  if (op == "allreduce" || op == "bucketed" || op == "per_tensor") return allreduceExpect(n, i);
   if (op == "broadcast") return broadcastValue(i);
   if (op == "allgather") return allgatherValue(int(i / l.block), i % l.block);
   if (op == "reduce_scatter") return allreduceExpect(n, std::size_t(rank) * l.block + i);
@@ -423,6 +430,24 @@ inline float expectedOut(const std::string &op, int rank, int n, const Layout &l
 inline CheckResult checkOutput(const std::string &op, int rank, int n, const Layout &l,
                                const float *out) {
   CheckResult c;
+  if (isCompressedOp(op)) {
+    // Every rank keeps the same k positions (TopK: those of the k largest
+    // magnitudes); there the result is the sum over ranks, elsewhere 0.
+    const std::size_t k = compressedK(l.out_count);
+    const std::vector<char> topk =
+        op == "compressed_topk" ? compressedTopk(l.out_count, k) : std::vector<char>();
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < l.out_count; ++i) {
+      float sum = 0.0f;
+      for (int r = 0; r < n; ++r)
+        sum += float(r + 1) * compressedMagnitude(i);
+      const float want = topk.empty() ? (out[i] == 0.0f ? 0.0f : sum) : topk[i] ? sum : 0.0f;
+      if (out[i] != want) c.bad(i, out[i], want);
+      kept += out[i] != 0.0f;
+    }
+    if (c.ok && kept != k) c.fail("kept " + std::to_string(kept) + " of k " + std::to_string(k));
+    return c;
+  }
   for (std::size_t i = 0; i < l.out_count; ++i) {
     const float w = expectedOut(op, rank, n, l, i);
     if (out[i] != w) c.bad(i, out[i], w);

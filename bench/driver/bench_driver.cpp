@@ -245,7 +245,8 @@ class Driver {
   std::vector<std::string> libs_for(const std::string &op) const {
     std::vector<std::string> libs = {"nexar"};
     for (const std::string &l : o_.compare)
-      if (l != "gloo-hd" || op == "allreduce") libs.push_back(l);
+      if ((l != "gloo-hd" || op == "allreduce") && (is_nexar(l) || !benchm::isGradientOp(op)))
+        libs.push_back(l);
     return libs;
   }
 

@@ -127,7 +127,9 @@ int p2p(int runs) {
 
 // One operation on rank r's buffers, laid out as benchm::layoutFor says.
 nexar_status_t run_op(const std::string &op, nexar_comm_t *c, float *in, float *out,
-                      const benchm::Layout &l) {
+                      const benchm::Layout &l, nexar_compressor_t *z) {
+  if (benchm::isCompressedOp(op))
+    return nexar_allreduce_compressed(c, in, out, l.count, NEXAR_DTYPE_F32, z, nullptr, nullptr);
   if (op == "allreduce")
     return nexar_allreduce(c, in, out, l.count, NEXAR_DTYPE_F32, NEXAR_OP_SUM, nullptr, nullptr);
   if (op == "broadcast")
@@ -156,14 +158,22 @@ benchm::Row bench_collective(const std::string &op, nexar_comm_t **c, uint32_t n
       in[r].assign(std::max<size_t>(l.in_count, 1), 0.0f);
       out[r].assign(std::max<size_t>(l.out_count, 1), 0.0f);
       benchm::fillCheck(op, int(r), int(n), l, in[r].data(), out[r].data());
-      check(run_op(op, c[r], in[r].data(), out[r].data(), l), op.c_str());
+      // The compressed rows' compressor (with one rank: the compression alone).
+      nexar_compressor_t *z = nullptr;
+      if (benchm::isCompressedOp(op))
+        check(nexar_compressor_create(
+                  &z, op == "compressed_topk" ? NEXAR_COMPRESS_TOPK : NEXAR_COMPRESS_RANDOMK,
+                  benchm::kCompressRatio, l.count, NEXAR_DTYPE_F32, 1),
+              "nexar_compressor_create");
+      check(run_op(op, c[r], in[r].data(), out[r].data(), l, z), op.c_str());
       ok[r] = benchm::checkOutput(op, int(r), int(n), l, out[r].data()).ok;
       for (int i = 0; i < warmup + iters; ++i) {
         check(nexar_barrier(c[r], nullptr, nullptr), "barrier");
         auto t0 = Clock::now();
-        check(run_op(op, c[r], in[r].data(), out[r].data(), l), op.c_str());
+        check(run_op(op, c[r], in[r].data(), out[r].data(), l, z), op.c_str());
         if (i >= warmup) times[r].push_back(seconds_since(t0) * 1e6);
       }
+      nexar_compressor_destroy(z);
     });
   for (auto &t : ts)
     t.join();
@@ -197,11 +207,11 @@ int collectives(const std::string &op, uint32_t n, const std::vector<uint64_t> &
 }
 
 void usage() {
-  fprintf(
-      stderr,
-      "usage: nexar-bench --in-process p2p [--runs N]\n"
-      "       nexar-bench --in-process allreduce|broadcast|allgather|reduce_scatter|alltoall|\n"
-      "                   barrier [--ranks N] [--sizes 8,256K,4M,64M] [--iters N] [--warmup N]\n");
+  fprintf(stderr,
+          "usage: nexar-bench --in-process p2p [--runs N]\n"
+          "       nexar-bench --in-process allreduce|broadcast|allgather|reduce_scatter|alltoall|\n"
+          "                   barrier|compressed_topk|compressed_randomk [--ranks N]\n"
+          "                   [--sizes 8,256K,4M,64M] [--iters N] [--warmup N]\n");
   exit(2);
 }
 
@@ -244,8 +254,8 @@ int nexar_bench::run_in_process(int argc, char **argv) {
       return 1;
     }
   }
-  for (const char *op :
-       {"allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier"})
+  for (const char *op : {"allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
+                         "barrier", "compressed_topk", "compressed_randomk"})
     if (mode == op) return collectives(mode, ranks, sizes, warmup, iters);
   usage();
   return 2;

@@ -2,9 +2,11 @@
 
 #include <nexar.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -61,6 +63,24 @@ class NexarBackend {
     l_ = l;
     in_ = in;
     out_ = out;
+    if (op == "bucketed" || op == "per_tensor") {
+      // The tensors lie one after the other in out (bucketed works in place).
+      counts_ = benchm::gradientList(l.count);
+      size_t at = 0;
+      tensors_.clear();
+      for (size_t n : counts_) {
+        n = std::min(n, l.count - at);
+        tensors_.push_back({out + at, n});
+        at += n;
+      }
+      tensors_.back().count += l.count - at;  // the rounding's rest
+      copy_in_ = true;
+    } else if (benchm::isCompressedOp(op)) {
+      const int32_t kind = op == "compressed_topk" ? NEXAR_COMPRESS_TOPK : NEXAR_COMPRESS_RANDOMK;
+      ok(nexar_compressor_create(&compressor_, kind, benchm::kCompressRatio, l.count,
+                                 NEXAR_DTYPE_F32, 1),
+         "nexar_compressor_create");
+    }
   }
 
   void run() {
@@ -81,6 +101,25 @@ class NexarBackend {
     } else if (op_ == "alltoall") {
       ok(nexar_alltoall(c_, in_, out_, l_.block, NEXAR_DTYPE_F32, nullptr, nullptr),
          "nexar_alltoall");
+    } else if (op_ == "bucketed") {
+      // In place: the check run starts from in; later runs reduce what the
+      // previous one left (the runner zeroes both buffers after the check).
+      if (copy_in_) memcpy(out_, in_, l_.count * sizeof(float));
+      copy_in_ = false;
+      ok(nexar_allreduce_bucketed(c_, tensors_.data(), tensors_.size(), NEXAR_DTYPE_F32,
+                                  NEXAR_OP_SUM, 0, nullptr, nullptr),
+         "nexar_allreduce_bucketed");
+    } else if (op_ == "per_tensor") {
+      for (const nexar_tensor_t &t : tensors_) {
+        const float *src = in_ + (static_cast<float *>(t.buf) - out_);
+        ok(nexar_allreduce(c_, src, t.buf, t.count, NEXAR_DTYPE_F32, NEXAR_OP_SUM, nullptr,
+                           nullptr),
+           "nexar_allreduce (per tensor)");
+      }
+    } else if (benchm::isCompressedOp(op_)) {
+      ok(nexar_allreduce_compressed(c_, in_, out_, l_.count, NEXAR_DTYPE_F32, compressor_, nullptr,
+                                    nullptr),
+         "nexar_allreduce_compressed");
     } else if (op_ == "barrier") {
       barrier();
     } else if (op_ == "pingpong") {
@@ -103,7 +142,11 @@ class NexarBackend {
        "nexar_recv");
   }
 
-  void release() {}
+  void release() {
+    nexar_compressor_destroy(compressor_);
+    compressor_ = nullptr;
+    tensors_.clear();
+  }
 
  private:
   void reduce(std::vector<double> *v, nexar_op_t op) {
@@ -150,6 +193,11 @@ class NexarBackend {
   std::string op_;
   benchm::Layout l_;
   float *in_ = nullptr, *out_ = nullptr;
+  // Gradient rows (bench_gradients.h).
+  std::vector<size_t> counts_;
+  std::vector<nexar_tensor_t> tensors_;
+  bool copy_in_ = false;
+  nexar_compressor_t *compressor_ = nullptr;
 };
 
 // The communicator, destroyed at scope exit.

@@ -70,8 +70,15 @@ Status Communicator::submit_fault_tolerant(const char *name, Body body, nexar_do
   return submit_op(name, std::move(body), done, user_data, false, seq_out, true);
 }
 
+Status Communicator::submit_collectives(const char *name, Body body, uint32_t numbers,
+                                        nexar_done_fn done, void *user_data, uint64_t *seq_out) {
+  return submit_op(name, std::move(body), done, user_data, true, seq_out, false,
+                   numbers > 0 ? numbers : 1);
+}
+
 Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
-                               bool collective, uint64_t *seq_out, bool fault_tolerant) {
+                               bool collective, uint64_t *seq_out, bool fault_tolerant,
+                               uint32_t coll_numbers) {
   if (!done && in_user_callback())
     return error(NEXAR_ERR_WOULD_DEADLOCK,
                  format("%s: a blocking call (done == NULL) from inside a completion callback "
@@ -96,15 +103,16 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
     uint64_t coll_seq = 0;
     if (collective) {
       numbering.lock();
-      coll_seq = next_coll_seq_++;
+      coll_seq = next_coll_seq_;
+      next_coll_seq_ += coll_numbers;
     }
     const uint64_t trace = fr::queued(flight_, seq, coll_seq, name);
     posted = client_->loop().post(
-        [this, seq, coll_seq, trace, op_name, body = std::move(body), done, user_data, slot,
-         fault_tolerant]() mutable {
+        [this, seq, coll_seq, coll_numbers, trace, op_name, body = std::move(body), done,
+         user_data, slot, fault_tolerant]() mutable {
           auto op = std::make_unique<OpContext>(&client_->loop(), seq, op_name);
           OpContext *raw = op.release();  // owned by the running operation until deliver()
-          raw->set_coll_seq(coll_seq);
+          raw->set_coll_seq(coll_seq, coll_numbers);
           raw->set_trace(trace);
           fr::started(flight_, trace, coll_seq);
           active_.insert(raw);
@@ -116,14 +124,14 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
                             ended_.failed_rank));
           else if (Status no = refusal(raw, fault_tolerant); !no.ok())
             raw->fail(no);
-          if (coll_seq)
-            if (auto early = collectives_.start(coll_seq)) raw->fail(*early);
+          for (uint64_t n = coll_seq; coll_seq && n < coll_seq + coll_numbers; ++n)
+            if (auto early = collectives_.start(n); early && !raw->failed()) raw->fail(*early);
           spawn(body(raw), [this, raw, done, user_data, slot](Status s) {
             deliver(raw, std::move(s), done, user_data, slot);
           });
         },
         /*wake=*/!slot);
-    if (!posted && collective) --next_coll_seq_;
+    if (!posted && collective) next_coll_seq_ -= coll_numbers;
     if (!posted) fr::ended(flight_, trace, 0, NEXAR_ERR_CLOSED);
   }
   if (!posted) {
@@ -231,7 +239,7 @@ void Communicator::on_collective_mismatch(uint64_t seq, const Status &s) {
   if (collectives_.started(seq)) {
     // Started here: fail it if it still runs (otherwise it already ended).
     for (OpContext *op : active_)
-      if (op->coll_seq() == seq) op->fail(s);
+      if (op->covers_coll_seq(seq)) op->fail(s);
     return;
   }
   collectives_.defer_mismatch(seq, s);  // not started here yet: fail it when it starts

@@ -72,6 +72,10 @@ class Communicator {
   // members (agree, shrink): only abort and destroy end it.
   Status submit_fault_tolerant(const char *name, Body body, nexar_done_fn done, void *user_data,
                                uint64_t *seq_out = nullptr);
+  // A collective made of `numbers` consecutive collectives (numbers >= 1):
+  // body's op->coll_seq() is the first, op->coll_seq_count() says how many.
+  Status submit_collectives(const char *name, Body body, uint32_t numbers, nexar_done_fn done,
+                            void *user_data, uint64_t *seq_out = nullptr);
   // Fails every operation in flight now and tells the peers.
   void abort();
   // Revokes the communicator here and at every live member (any thread).
@@ -114,7 +118,8 @@ class Communicator {
 
  private:
   Status submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
-                   bool collective, uint64_t *seq_out, bool fault_tolerant = false);
+                   bool collective, uint64_t *seq_out, bool fault_tolerant = false,
+                   uint32_t coll_numbers = 1);
   // Why a starting operation may not run (revoked, a failed member), or ok.
   Status refusal(const OpContext *op, bool fault_tolerant) const;
   // Fails the operations in flight that the failure of `rank` ends.

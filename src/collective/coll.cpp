@@ -68,13 +68,22 @@ const char *coll_name(CollKind k) {
       return "barrier";
     case CollKind::Split:
       return "split";
+    case CollKind::AllreduceBucketed:
+      return "allreduce_bucketed";
+    case CollKind::AllreduceCompressed:
+      return "allreduce_compressed";
   }
   return "collective";
 }
 
-Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &args)
-    : comm_(comm), op_(op), kind_(kind), args_(args), esize_(dtype_size(args.dtype)) {
-  check_ = descriptor_check(kind, args, op->coll_seq());
+Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &args, uint64_t seq)
+    : comm_(comm),
+      op_(op),
+      kind_(kind),
+      args_(args),
+      seq_(seq ? seq : op->coll_seq()),
+      esize_(dtype_size(args.dtype)) {
+  check_ = descriptor_check(kind, args, seq_);
   const bool barrier = kind == CollKind::Barrier;
   const uint64_t timeout_ms =
       barrier ? comm->config().barrier_timeout_ms : comm->config().collective_timeout_ms;
@@ -87,7 +96,7 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
   // costs as much as the rest of the string.
   const uint64_t tenths = (timeout_ms + 50) / 100;
   what_ = format(
-      "%s #%llu (%s %llu.%llu s)", coll_name(kind), static_cast<unsigned long long>(op->coll_seq()),
+      "%s #%llu (%s %llu.%llu s)", coll_name(kind), static_cast<unsigned long long>(seq_),
       barrier ? "NEXAR_BARRIER_TIMEOUT_SECS" : "NEXAR_COLLECTIVE_TIMEOUT_SECS",
       static_cast<unsigned long long>(tenths / 10), static_cast<unsigned long long>(tenths % 10));
   if (op->trace()) record(comm, op, kind, args);
@@ -149,7 +158,12 @@ Task<Status> Coll::confirm() {
 
 Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
                             Task<Status> (*algorithm)(Coll &)) {
-  Coll coll(comm, op, kind, args);
+  return run_collective_as(comm, op, kind, args, algorithm, 0);
+}
+
+Task<Status> run_collective_as(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
+                               CollAlgorithm algorithm, uint64_t number) {
+  Coll coll(comm, op, kind, args, number);
   Mailbox &box = comm->client().mailbox();
   CollectiveTracker &tracker = comm->collectives();
   const uint64_t seq = coll.seq();

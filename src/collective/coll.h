@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,8 @@ enum class CollKind : uint8_t {
   Exscan,
   Barrier,
   Split,
+  AllreduceBucketed,    // one bucket of nexar_allreduce_bucketed
+  AllreduceCompressed,  // nexar_allreduce_compressed
 };
 const char *coll_name(CollKind k);
 
@@ -44,7 +47,9 @@ struct CollArgs {
 
 class Coll {
  public:
-  Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &args);
+  // seq: the collective number, 0 for the operation's own (an operation may
+  // hold several, see OpContext::coll_seq_count).
+  Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &args, uint64_t seq = 0);
 
   uint32_t rank() const { return comm_->rank(); }
   uint32_t size() const { return comm_->size(); }
@@ -54,7 +59,7 @@ class Coll {
   OpContext *op() const { return op_; }
   BufferPool &pool() const { return comm_->client().pool(); }
   const Config &config() const { return comm_->config(); }
-  uint64_t seq() const { return op_->coll_seq(); }
+  uint64_t seq() const { return seq_; }
   // "allreduce #12": the prefix of every message this collective reports.
   const char *what() const { return what_.c_str(); }
   uint32_t check() const { return check_; }
@@ -102,6 +107,7 @@ class Coll {
   OpContext *op_;
   CollKind kind_;
   CollArgs args_;
+  uint64_t seq_;
   size_t esize_;
   uint32_t check_;
   uint64_t deadline_ns_;
@@ -112,5 +118,10 @@ class Coll {
 // peer, so that all ranks involved fail promptly instead of timing out.
 Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
                             Task<Status> (*algorithm)(Coll &));
+// The same for an algorithm with state, as collective number `number` (0:
+// the operation's own).
+using CollAlgorithm = std::function<Task<Status>(Coll &)>;
+Task<Status> run_collective_as(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
+                               CollAlgorithm algorithm, uint64_t number);
 
 }  // namespace nexar

@@ -74,7 +74,16 @@ class OpContext {
   uint64_t seq() const { return seq_; }
   // The collective sequence number (0 for other operations).
   uint64_t coll_seq() const { return coll_seq_; }
-  void set_coll_seq(uint64_t s) { coll_seq_ = s; }
+  // count: how many consecutive numbers the operation holds (a bucketed
+  // allreduce runs one collective per bucket).
+  void set_coll_seq(uint64_t s, uint32_t count = 1) {
+    coll_seq_ = s;
+    coll_seq_count_ = count;
+  }
+  uint32_t coll_seq_count() const { return coll_seq_count_; }
+  bool covers_coll_seq(uint64_t s) const {
+    return coll_seq_ != 0 && s >= coll_seq_ && s - coll_seq_ < coll_seq_count_;
+  }
   // The operation's flight-recorder ticket (0: not recorded).
   uint64_t trace() const { return trace_; }
   void set_trace(uint64_t t) { trace_ = t; }
@@ -98,6 +107,7 @@ class OpContext {
   uint64_t seq_;
   uint64_t coll_seq_ = 0;
   uint64_t trace_ = 0;
+  uint32_t coll_seq_count_ = 1;
   std::string name_;
   Status status_;
   Wait *head_ = nullptr;

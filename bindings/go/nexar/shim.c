@@ -193,3 +193,21 @@ nexar_status_t gx_agree(nexar_comm_t *c, uint64_t *flags, gx_err *err) {
 nexar_status_t gx_shrink(nexar_comm_t *c, nexar_comm_t **out, gx_err *err) {
   return fail(nexar_comm_shrink(c, out, NULL, NULL), err);
 }
+
+nexar_status_t gx_allreduce_bucketed(nexar_comm_t *c, const nexar_tensor_t *tensors, size_t n,
+                                     nexar_dtype_t t, nexar_op_t op, size_t bucket_bytes,
+                                     gx_pending *p, gx_err *err) {
+  return fail(nexar_allreduce_bucketed(c, tensors, n, t, op, bucket_bytes, p ? gx_done : NULL, p),
+              err);
+}
+
+nexar_status_t gx_compressor_create(nexar_compressor_t **out, int32_t kind, double ratio,
+                                    size_t count, nexar_dtype_t t, uint64_t seed, gx_err *err) {
+  return fail(nexar_compressor_create(out, kind, ratio, count, t, seed), err);
+}
+
+nexar_status_t gx_allreduce_compressed(nexar_comm_t *c, const void *s, void *r, size_t n,
+                                       nexar_dtype_t t, nexar_compressor_t *z, gx_pending *p,
+                                       gx_err *err) {
+  return fail(nexar_allreduce_compressed(c, s, r, n, t, z, p ? gx_done : NULL, p), err);
+}

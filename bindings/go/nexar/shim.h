@@ -92,6 +92,16 @@ nexar_status_t gx_stats(nexar_comm_t *comm, nexar_stats_t *stats, gx_err *err);
 
 /* nexar_flight_recorder_dump; path NULL: into NEXAR_FR_DUMP_DIR. */
 nexar_status_t gx_flight_recorder_dump(nexar_comm_t *comm, const char *path, gx_err *err);
+/* Gradient traffic (gradients.go): the bucketed and compressed allreduce;
+ * p as for gx_op (never NULL here: Go stages their buffers in C memory). */
+nexar_status_t gx_allreduce_bucketed(nexar_comm_t *comm, const nexar_tensor_t *tensors, size_t n,
+                                     nexar_dtype_t dtype, nexar_op_t op, size_t bucket_bytes,
+                                     gx_pending *p, gx_err *err);
+nexar_status_t gx_compressor_create(nexar_compressor_t **out, int32_t kind, double ratio,
+                                    size_t count, nexar_dtype_t dtype, uint64_t seed, gx_err *err);
+nexar_status_t gx_allreduce_compressed(nexar_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                       size_t count, nexar_dtype_t dtype,
+                                       nexar_compressor_t *compressor, gx_pending *p, gx_err *err);
 
 /* enable != 0 sends nexar's log lines to Go's goNexarLog; 0 restores stderr. */
 nexar_status_t gx_set_log(int enable, gx_err *err);

@@ -108,6 +108,15 @@ nexar_op_t check_op(int64_t op, const std::string &name) {
   return static_cast<nexar_op_t>(op);
 }
 
+nexar_dtype_t dtype_of(py::handle dtype_like, const std::string &op) {
+  const py::dtype dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype_like));
+  nexar_dtype_t code;
+  if (!dtype_code(dt, &code))
+    throw py::type_error(op + ": unsupported dtype " + py::str(dt).cast<std::string>() +
+                         "; supported: " + kSupported);
+  return code;
+}
+
 // A tag or an RPC function id: what nexar takes as uint32_t.
 uint32_t check_u32(int64_t v, const std::string &op, const char *what) {
   if (v < 0 || v > UINT32_MAX) throw py::value_error(op + ": " + what + " must be in 0..2**32-1");

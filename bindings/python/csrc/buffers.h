@@ -37,6 +37,9 @@ View out_view(py::object out, const View &like, const std::vector<py::ssize_t> &
 
 nexar_op_t check_op(int64_t op, const std::string &name);
 
+// The nexar dtype of a numpy dtype (or anything numpy.dtype accepts).
+nexar_dtype_t dtype_of(py::handle dtype_like, const std::string &op);
+
 // A tag or an RPC function id: what nexar takes as uint32_t.
 uint32_t check_u32(int64_t v, const std::string &op, const char *what);
 

@@ -104,6 +104,7 @@ returns a Request.)doc");
   bind_point_to_point(comm);
   bind_rpc(comm);
   bind_faults(comm);
+  bind_gradients(m, comm);
 
   bind_creation(m);
   bind_seed(m);

@@ -26,7 +26,7 @@ import weakref
 from typing import Any, Callable, List
 
 from . import _nexar, _support
-from ._nexar import Communicator, Request, Seed
+from ._nexar import Communicator, Compressor, Request, Seed
 from ._support import (AbortedError, AuthError, ClosedError, InternalError, InvalidArgumentError,
                        InvalidRankError, MismatchError, NexarError, NexarIOError, NotFoundError,
                        OutOfMemoryError, PeerFailedError, ProtocolError, RpcFailedError,
@@ -34,7 +34,7 @@ from ._support import (AbortedError, AuthError, ClosedError, InternalError, Inva
                        UnsupportedError, WouldDeadlockError, RevokedError, ExcludedError)
 
 __all__ = [
-    "init", "bootstrap_local", "version", "Communicator", "Request", "Op",
+    "init", "bootstrap_local", "version", "Communicator", "Compressor", "Request", "Op",
     "SUM", "PROD", "MIN", "MAX",
     "NexarError", "InvalidArgumentError", "InvalidRankError", "SizeMismatchError",
     "TimeoutError", "PeerFailedError", "AbortedError", "ClosedError", "MismatchError",

@@ -543,5 +543,63 @@ pub type nexar_failure_fn = Option<
     ),
 >;
 
+// ---- Gradient traffic: bucketed and compressed allreduce ------------------------
+
+/// One buffer of a bucketed call (`nexar_tensor_t`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nexar_tensor_t {
+    /// In place: input and result.
+    pub buf: *mut c_void,
+    /// Elements.
+    pub count: usize,
+}
+
+/// The k largest magnitudes, with their indices.
+pub const NEXAR_COMPRESS_TOPK: i32 = 1;
+/// k positions chosen by a seed every rank shares.
+pub const NEXAR_COMPRESS_RANDOMK: i32 = 2;
+
+/// Opaque: a gradient compressor with its error-feedback residual (`nexar_compressor_t`).
+#[repr(C)]
+pub struct nexar_compressor {
+    _private: [u8; 0],
+    _marker: PhantomData<(*mut u8, PhantomPinned)>,
+}
+pub type nexar_compressor_t = nexar_compressor;
+
+extern "C" {
+    pub fn nexar_allreduce_bucketed(
+        comm: *mut nexar_comm_t,
+        tensors: *const nexar_tensor_t,
+        n: usize,
+        dtype: nexar_dtype_t,
+        op: nexar_op_t,
+        bucket_bytes: usize,
+        done: nexar_done_fn,
+        user_data: *mut c_void,
+    ) -> nexar_status_t;
+    pub fn nexar_compressor_create(
+        out: *mut *mut nexar_compressor_t,
+        kind: i32,
+        ratio: f64,
+        count: usize,
+        dtype: nexar_dtype_t,
+        seed: u64,
+    ) -> nexar_status_t;
+    pub fn nexar_compressor_destroy(compressor: *mut nexar_compressor_t);
+    pub fn nexar_compressor_reset(compressor: *mut nexar_compressor_t) -> nexar_status_t;
+    pub fn nexar_allreduce_compressed(
+        comm: *mut nexar_comm_t,
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: usize,
+        dtype: nexar_dtype_t,
+        compressor: *mut nexar_compressor_t,
+        done: nexar_done_fn,
+        user_data: *mut c_void,
+    ) -> nexar_status_t;
+}
+
 #[cfg(test)]
 mod layout;

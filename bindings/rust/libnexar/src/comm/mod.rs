@@ -15,11 +15,13 @@ mod checks;
 mod collectives;
 mod collectives_async;
 mod faults;
+mod gradients;
 mod lifecycle;
 mod p2p;
 mod rpc;
 mod stats;
 
+pub use gradients::{CompressKind, Compressor};
 pub use stats::Stats;
 
 /// One rank's view of a group of processes (`nexar_comm_t`).

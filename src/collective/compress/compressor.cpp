@@ -1,0 +1,115 @@
+#include "collective/compress/compressor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "collective/compress/element_cast.h"
+#include "collective/compress/random_positions.h"
+#include "collective/compress/topk_select.h"
+#include "core/dtype.h"
+
+namespace nexar {
+
+Status Compressor::create(int32_t kind, double ratio, size_t count, nexar_dtype_t dtype,
+                          uint64_t seed, std::unique_ptr<Compressor> *out) {
+  if (kind != NEXAR_COMPRESS_TOPK && kind != NEXAR_COMPRESS_RANDOMK)
+    return error(NEXAR_ERR_INVALID_ARGUMENT,
+                 format("kind %d is not NEXAR_COMPRESS_TOPK or NEXAR_COMPRESS_RANDOMK", kind));
+  if (!(ratio > 0.0 && ratio <= 1.0))
+    return error(NEXAR_ERR_INVALID_ARGUMENT, format("ratio %g is outside (0, 1]", ratio));
+  if (count == 0 || count > UINT32_MAX)
+    return error(NEXAR_ERR_INVALID_ARGUMENT, format("count %zu is outside 1 to 2^32 - 1", count));
+  if (dtype != NEXAR_DTYPE_F32 && dtype != NEXAR_DTYPE_F64 && dtype != NEXAR_DTYPE_F16 &&
+      dtype != NEXAR_DTYPE_BF16)
+    return error(NEXAR_ERR_INVALID_ARGUMENT,
+                 format("dtype %s is not f32, f64, f16 or bf16", dtype_name(dtype)));
+  out->reset(new Compressor(static_cast<CompressKind>(kind), ratio, count, dtype, seed));
+  return Status();
+}
+
+Compressor::Compressor(CompressKind kind, double ratio, size_t count, nexar_dtype_t dtype,
+                       uint64_t seed)
+    : kind_(kind), ratio_(ratio), count_(count), dtype_(dtype), seed_(seed) {
+  const double kept = std::floor(ratio * static_cast<double>(count));
+  k_ = std::clamp<size_t>(static_cast<size_t>(kept), 1, count);
+  if (dtype == NEXAR_DTYPE_F64)
+    residual_f64_.assign(count, 0.0);
+  else
+    residual_f32_.assign(count, 0.0f);
+}
+
+const void *Compressor::residual() const {
+  return dtype_ == NEXAR_DTYPE_F64 ? static_cast<const void *>(residual_f64_.data())
+                                   : static_cast<const void *>(residual_f32_.data());
+}
+
+void Compressor::reset() {
+  std::fill(residual_f32_.begin(), residual_f32_.end(), 0.0f);
+  std::fill(residual_f64_.begin(), residual_f64_.end(), 0.0);
+}
+
+// FNV-1a over every parameter and the call number.
+uint32_t Compressor::digest() const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  uint64_t ratio_bits;
+  memcpy(&ratio_bits, &ratio_, sizeof ratio_bits);
+  mix(static_cast<uint64_t>(kind_));
+  mix(ratio_bits);
+  mix(count_);
+  mix(k_);
+  mix(static_cast<uint64_t>(dtype_));
+  mix(seed_);
+  mix(calls_);
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
+template <class Acc>
+void Compressor::compress_as(const void *input, std::vector<Acc> &residual, CompressedPart *part) {
+  // residual becomes input + residual: the vector to compress.
+  Acc *v = residual.data();
+  if (dtype_ == NEXAR_DTYPE_F32 || dtype_ == NEXAR_DTYPE_F64) {
+    const uint8_t *in = static_cast<const uint8_t *>(input);
+    for (size_t i = 0; i < count_; ++i) {
+      Acc x;
+      memcpy(&x, in + i * sizeof(Acc), sizeof x);
+      v[i] += x;
+    }
+  } else {
+    for (size_t i = 0; i < count_; ++i)
+      v[i] += widen<Acc>(input, i, dtype_);
+  }
+  if (kind_ == CompressKind::TopK)
+    select_topk(v, count_, k_, &part->index);
+  else
+    random_positions(seed_, calls_, count_, k_, &part->index);
+  const size_t esize = dtype_size(dtype_);
+  part->values.resize(part->index.size() * esize);
+  for (size_t j = 0; j < part->index.size(); ++j) {
+    // What stays behind: the rounding of a kept f16/bf16 value (exact in
+    // f32), nothing for f32 and f64; never an infinity's NaN.
+    Acc &x = v[part->index[j]];
+    const Acc rest = x - narrow(part->values.data(), j, x, dtype_);
+    x = std::isfinite(rest) ? rest : Acc(0);
+  }
+}
+
+void Compressor::compress(const void *input, CompressedPart *part) {
+  part->kind = kind_;
+  part->dtype = dtype_;
+  part->count = count_;
+  part->digest = digest();
+  if (dtype_ == NEXAR_DTYPE_F64)
+    compress_as(input, residual_f64_, part);
+  else
+    compress_as(input, residual_f32_, part);
+  ++calls_;
+}
+
+}  // namespace nexar
