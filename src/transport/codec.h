@@ -213,6 +213,8 @@ struct ShmOffer {
     f("socket_name", m.socket_name);
   }
   bool operator==(const ShmOffer &) const = default;
+};
+
 // A rank whose collective coll_seq of comm_id waits long asks the other
 // members what they are doing (the stall report); the engine answers, so a
 // rank whose application thread hangs still does.
