@@ -110,7 +110,7 @@ typedef int32_t nexar_status_t;
 #define NEXAR_ERR_INTERNAL (-17)
 #define NEXAR_ERR_RPC_NOT_REGISTERED (-18) /* no handler for that fn_id on the target rank */
 #define NEXAR_ERR_RPC_FAILED (-19)         /* the target's handler returned an error */
-#define NEXAR_ERR_REVOKED (-20)  /* the communicator was revoked, here or by a peer */
+#define NEXAR_ERR_REVOKED (-20)            /* the communicator was revoked, here or by a peer */
 #define NEXAR_ERR_EXCLUDED (-21) /* the peers declared this process failed and removed it */
 
 /**

@@ -35,9 +35,8 @@ const std::vector<std::string> &all_ops() {
 }
 
 const std::vector<std::string> &all_peer_libs() {
-  static const std::vector<std::string> libs = {"nexar-quic", "nexar-spin", "nexar-bound",
-                                                "openmpi",    "openmpi-shm", "gloo",
-                                                "gloo-hd"};
+  static const std::vector<std::string> libs = {
+      "nexar-quic", "nexar-spin", "nexar-bound", "openmpi", "openmpi-shm", "gloo", "gloo-hd"};
   return libs;
 }
 

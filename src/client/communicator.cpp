@@ -108,8 +108,8 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
     }
     const uint64_t trace = fr::queued(flight_, seq, coll_seq, name);
     posted = client_->loop().post(
-        [this, seq, coll_seq, coll_numbers, trace, op_name, body = std::move(body), done,
-         user_data, slot, fault_tolerant]() mutable {
+        [this, seq, coll_seq, coll_numbers, trace, op_name, body = std::move(body), done, user_data,
+         slot, fault_tolerant]() mutable {
           auto op = std::make_unique<OpContext>(&client_->loop(), seq, op_name);
           OpContext *raw = op.release();  // owned by the running operation until deliver()
           raw->set_coll_seq(coll_seq, coll_numbers);

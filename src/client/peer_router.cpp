@@ -1,8 +1,8 @@
 #include "client/peer_router.h"
 
 #include "client/client.h"
-#include "client/stall_exchange.h"
 #include "client/failure_notice.h"
+#include "client/stall_exchange.h"
 #include "core/host.h"
 #include "core/log.h"
 

@@ -176,7 +176,8 @@ void frames() {
   Bytes big;
   for (int i = 0; i < 40; ++i)
     big = cat({big, write_op(Bytes(251, static_cast<uint8_t>(i)))});
-  put("shm_ring", "wraps_the_ring", cat({write_op(header(FrameKind::RpcRequest, 40 * 251, 7)), big}));
+  put("shm_ring", "wraps_the_ring",
+      cat({write_op(header(FrameKind::RpcRequest, 40 * 251, 7)), big}));
 }
 
 // QUIC payloads: [2 bytes held back][frames].
