@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the comparison of docs/benchmarks.md (nexar, its spinning and bound
-# variants, Open MPI over TCP, Gloo; 2 and 4 ranks; every op) and rewrites
+# Runs the comparison of docs/benchmarks.md (nexar, its QUIC-only and
+# spinning variants, Open MPI over shared memory and TCP, Gloo; 2 and 4
+# ranks; every op) and rewrites
 # that page's results section, the JSON and the plot from this run. Installs
 # what is missing (build deps, the peers' packages, matplotlib) and builds
 # first. Environment: RANKS, SIZES, OPS, COMPARE override the defaults; extra
@@ -13,7 +14,7 @@ bench/peers/install.sh
 bench/install-plot-deps.sh
 scripts/build.sh build >/dev/null
 ops=${OPS:-all} ranks=${RANKS:-2,4} sizes=${SIZES:-8,4K,256K,4M,64M}
-compare=${COMPARE:-nexar-spin,nexar-bound,openmpi,gloo}
+compare=${COMPARE:-nexar-quic,nexar-spin,openmpi-shm,openmpi,gloo}
 mkdir -p docs/bench
 args=("$ops" --ranks "$ranks" --sizes "$sizes" --compare "$compare"
       --json docs/bench/latest.json --plot docs/bench/latest.png "$@")
