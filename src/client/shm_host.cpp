@@ -512,7 +512,6 @@ bool ShmHost::before_sleep() {
     // About to sleep: say so, then look once more. A peer publishes, then
     // reads this word; this side writes the word, then reads the counters.
     shm_store(&h->sleep_seq, h->sleep_seq + 1);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     bool work = false;
     for (ShmChannel *c : open_)
       work |= c->has_work();

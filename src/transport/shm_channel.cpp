@@ -59,8 +59,8 @@ void ShmChannel::write_ring(const uint8_t *src, uint64_t n) {
 }
 
 void ShmChannel::ring_peer() {
-  // Dekker with the peer's arming: our publish, then its sleep word.
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  // Dekker with the peer's arming: our publish, then its sleep word (both
+  // sequentially consistent: shm_store, shm_load).
   const uint64_t seq = shm_load(&peer_.header()->sleep_seq);
   if ((seq & 1) == 0 || seq == last_rung_seq_) return;
   last_rung_seq_ = seq;

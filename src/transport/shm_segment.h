@@ -45,12 +45,15 @@ struct ShmSegmentHeader {
 };
 
 // Loads and stores of counters in shared memory (the peer's are mapped
-// read-only, so std::atomic objects cannot be used there).
+// read-only, so std::atomic objects cannot be used there). Sequentially
+// consistent: a side that publishes a counter and then reads the other's
+// sleep word, against one that sets its sleep word and then reads the
+// counters, must not both miss (no fences: ThreadSanitizer cannot check them).
 inline uint64_t shm_load(const uint64_t *p) {
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  return __atomic_load_n(p, __ATOMIC_SEQ_CST);
 }
 inline void shm_store(uint64_t *p, uint64_t v) {
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+  __atomic_store_n(p, v, __ATOMIC_SEQ_CST);
 }
 
 // A mapping, unmapped when destroyed.
