@@ -66,6 +66,8 @@ int main(void) {
   FIELD(nexar_comm_options_t, world_size);
   FIELD(nexar_comm_options_t, rpc_timeout_ms);
   FIELD(nexar_comm_options_t, topology);
+  FIELD(nexar_comm_options_t, shm);
+  FIELD(nexar_comm_options_t, shm_max_bytes);
 
   FIELD(nexar_seed_event_t, struct_size);
   FIELD(nexar_seed_event_t, kind);
@@ -104,6 +106,9 @@ int main(void) {
   FIELD(nexar_stats_t, packets_fast_aead);
   FIELD(nexar_stats_t, bytes_opened_in_place);
   FIELD(nexar_stats_t, bytes_sealed_in_place);
+  FIELD(nexar_stats_t, shm_pairs);
+  FIELD(nexar_stats_t, shm_bytes_sent);
+  FIELD(nexar_stats_t, shm_bytes_received);
   printf("];\n");
 
   printf("/// (name, value) of every constant, as C sees them.\n");
@@ -152,6 +157,9 @@ int main(void) {
   CONST(NEXAR_POOL_INFERENCE);
   CONST(NEXAR_TOPOLOGY_FULL);
   CONST(NEXAR_TOPOLOGY_RING);
+  CONST(NEXAR_SHM_AUTO);
+  CONST(NEXAR_SHM_OFF);
+  CONST(NEXAR_SHM_REQUIRE);
   CONST(NEXAR_LOG_ERROR);
   CONST(NEXAR_LOG_WARN);
   CONST(NEXAR_LOG_INFO);
