@@ -404,10 +404,11 @@ TEST(ExchangeArgs, DifferentCollectivesMismatch) {
   World w(3, &opts);
   ASSERT_TRUE(w.ok());
   Completions done;
-  int32_t send[3] = {1, 2, 3}, recv[3] = {0};
-  ASSERT_EQ(nexar_alltoall(w[0], send, recv, 1, NEXAR_DTYPE_I32, Completions::callback, &done),
+  // Ranks 0 and 1 agree with each other: each needs a buffer of its own.
+  int32_t send[3] = {1, 2, 3}, recv0[3] = {0}, recv1[3] = {0};
+  ASSERT_EQ(nexar_alltoall(w[0], send, recv0, 1, NEXAR_DTYPE_I32, Completions::callback, &done),
             NEXAR_OK);
-  ASSERT_EQ(nexar_alltoall(w[1], send, recv, 1, NEXAR_DTYPE_I32, Completions::callback, &done),
+  ASSERT_EQ(nexar_alltoall(w[1], send, recv1, 1, NEXAR_DTYPE_I32, Completions::callback, &done),
             NEXAR_OK);
   ASSERT_EQ(nexar_gather(w[2], send, nullptr, 1, NEXAR_DTYPE_I32, 0, Completions::callback, &done),
             NEXAR_OK);
