@@ -230,9 +230,8 @@ void Client::connection_closed(QuicConnection *c, const Status &why) {
   endpoint_->retire(c);
 }
 
-void Client::fail_formation(uint32_t world_rank, const Status &s) {
+void Client::fail_formation(const Status &s) {
   if (formation_failure_.ok()) formation_failure_ = s;
-  (void)world_rank;
   notify_formation();
 }
 

@@ -110,7 +110,7 @@ class Client {
   // A connection closed (the router's on_closed).
   void connection_closed(QuicConnection *c, const Status &why);
   // Formation cannot finish because of world_rank (s says why).
-  void fail_formation(uint32_t world_rank, const Status &s);
+  void fail_formation(const Status &s);
   // The same-host channel to world_rank ended: it left, or died.
   void shm_peer_lost(uint32_t world_rank, const Status &why, bool left);
 

@@ -19,7 +19,7 @@ namespace {
 constexpr uint64_t kRingBytes = 2ull << 20;
 constexpr uint32_t kPacketMagic = 0x4853584e;  // "NXSH"
 constexpr size_t kProofBytes = 32;
-constexpr size_t kHelloBytes = 4 + 4 + 4 + 4 + 8 + kProofBytes;
+constexpr size_t kHelloBytes = 4 + 4 + 4 + 8 + kProofBytes;  // parse_hello
 constexpr uint8_t kAck = 'K';
 constexpr size_t kMaxStrangers = 64;
 constexpr uint64_t kMaxSetupMs = 10000;
@@ -37,27 +37,6 @@ std::string read_host_key() {
   return format("%s/%llu/%u", boot.c_str(), netns, static_cast<unsigned>(getuid()));
 }
 
-void put32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i)
-    v |= uint32_t{p[i]} << (8 * i);
-  return v;
-}
-uint64_t get64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i)
-    v |= uint64_t{p[i]} << (8 * i);
-  return v;
-}
-
 struct HelloPacket {
   uint32_t rank = 0;
   uint64_t slot = 0;
@@ -65,12 +44,13 @@ struct HelloPacket {
 };
 
 bool parse_hello(const std::vector<uint8_t> &b, HelloPacket *out) {
-  if (b.size() != kHelloBytes || get32(b.data()) != kPacketMagic ||
-      get32(b.data() + 4) != kShmVersion)
+  wire::ByteReader r(b);
+  uint32_t magic = 0, version = 0;
+  std::span<const uint8_t> proof;
+  if (!r.u32(magic) || !r.u32(version) || !r.u32(out->rank) || !r.u64(out->slot) ||
+      !r.raw(kProofBytes, proof) || !r.at_end() || magic != kPacketMagic || version != kShmVersion)
     return false;
-  out->rank = get32(b.data() + 8);
-  out->slot = get64(b.data() + 16);
-  out->proof.assign(reinterpret_cast<const char *>(b.data() + 24), kProofBytes);
+  out->proof.assign(proof.begin(), proof.end());
   return true;
 }
 
@@ -234,25 +214,27 @@ std::string ShmHost::proof(const Pairing &p, std::string_view role) const {
   uint8_t secret[32];
   if (!p.conn || !p.conn->export_keying_material(kExporterLabel, secret, sizeof secret)) return {};
   const uint32_t me = client_.identity().rank;
-  uint8_t msg[16 + 8];
-  memset(msg, 0, sizeof msg);
-  memcpy(msg, role.data(), std::min<size_t>(role.size(), 16));
-  put32(msg + 16, std::min(me, p.peer));
-  put32(msg + 20, std::max(me, p.peer));
+  std::vector<uint8_t> msg;
+  wire::ByteWriter w(msg);
+  w.str(role);
+  w.u32(std::min(me, p.peer));
+  w.u32(std::max(me, p.peer));
   uint8_t mac[kProofBytes];
-  if (gnutls_hmac_fast(GNUTLS_MAC_SHA256, secret, sizeof secret, msg, sizeof msg, mac) < 0)
+  if (gnutls_hmac_fast(GNUTLS_MAC_SHA256, secret, sizeof secret, msg.data(), msg.size(), mac) < 0)
     return {};
   return std::string(reinterpret_cast<const char *>(mac), sizeof mac);
 }
 
 std::vector<uint8_t> ShmHost::hello_packet(const Pairing &p, std::string_view role) const {
-  std::vector<uint8_t> b(kHelloBytes, 0);
-  put32(b.data(), kPacketMagic);
-  put32(b.data() + 4, kShmVersion);
-  put32(b.data() + 8, client_.identity().rank);
-  put64(b.data() + 16, static_cast<uint64_t>(p.slot));
-  const std::string mac = proof(p, role);
-  if (mac.size() == kProofBytes) memcpy(b.data() + 24, mac.data(), kProofBytes);
+  std::vector<uint8_t> b;
+  wire::ByteWriter w(b);
+  w.u32(kPacketMagic);
+  w.u32(kShmVersion);
+  w.u32(client_.identity().rank);
+  w.u64(static_cast<uint64_t>(p.slot));
+  std::string mac = proof(p, role);
+  mac.resize(kProofBytes);  // zeros if there is no session: it cannot match
+  w.raw({reinterpret_cast<const uint8_t *>(mac.data()), mac.size()});
   return b;
 }
 
@@ -440,11 +422,11 @@ void ShmHost::fall_back(Pairing &p, const Status &why) {
   if (!why.ok()) {
     if (client_.config().shm == NEXAR_SHM_REQUIRE) {
       client_.fail_formation(
-          p.peer, error(why.code,
-                        format("rank %u: NEXAR_SHM=require, but rank %u on this host cannot use "
-                               "shared memory: %s",
-                               client_.identity().rank, p.peer, why.message.c_str()),
-                        static_cast<int32_t>(p.peer)));
+          error(why.code,
+                format("rank %u: NEXAR_SHM=require, but rank %u on this host cannot use "
+                       "shared memory: %s",
+                       client_.identity().rank, p.peer, why.message.c_str()),
+                static_cast<int32_t>(p.peer)));
       return;
     }
     if (!std::exchange(logged_fallback_, true))

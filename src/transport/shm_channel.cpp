@@ -95,13 +95,11 @@ ShmSendItem *ShmChannel::send(OutgoingMessage msg) {
   item.listener = msg.listener;
   queued_bytes_ += item.total();
   ShmSendItem *handle = &item;
-  const bool last = queue_.size() == 1;
   uint64_t budget = UINT64_MAX;
-  if (last && pump_out(&budget)) ring_peer();
-  // Finished at once (the listener was told): no handle to cancel.
-  for (const ShmSendItem &q : queue_)
-    if (&q == handle) return handle;
-  return nullptr;
+  if (queue_.size() == 1 && pump_out(&budget)) ring_peer();
+  // Finished at once (the listener was told, the item erased): nothing to
+  // cancel. Otherwise it is still the newest in the queue.
+  return !queue_.empty() && &queue_.back() == handle ? handle : nullptr;
 }
 
 void ShmChannel::finish_item(std::list<ShmSendItem>::iterator it, const Status &s) {
@@ -256,14 +254,24 @@ bool ShmChannel::has_work() const {
 }
 
 void ShmChannel::on_socket_ready() {
-  std::vector<uint8_t> packet;
+  // Doorbells are one-byte packets with no descriptors: plain recv, no
+  // allocation, on this path of every wake-up.
   for (int i = 0; i < 64 && !closed_; ++i) {
-    std::string why;
-    switch (shm_recv_packet(sock_.get(), 16, &packet, nullptr, &why)) {
+    uint8_t b[16];
+    ssize_t n;
+    do {
+      n = ::recv(sock_.get(), b, sizeof b, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    const ShmRecv r = n > 0                                     ? ShmRecv::Packet
+                      : n == 0 || errno == ECONNRESET           ? ShmRecv::HungUp
+                      : errno == EAGAIN || errno == EWOULDBLOCK ? ShmRecv::WouldBlock
+                                                                : ShmRecv::Error;
+    const std::string why = r == ShmRecv::Error ? format("recv: %s", strerror(errno)) : "";
+    switch (r) {
       case ShmRecv::WouldBlock:
         return;
       case ShmRecv::Packet:
-        if (packet.size() == 1 && packet[0] == kGoodbye) {
+        if (n == 1 && b[0] == kGoodbye) {
           // What the peer wrote before leaving is still in its segment.
           uint64_t budget = UINT64_MAX;
           pump_in(&budget);
