@@ -14,7 +14,7 @@
  * Every result is checked exactly; the first wrong one ends the rank with
  *   SOAK_FAILED rank=R round=K <what>        (exit 4)
  * Every --sample-seconds it reports its own resources:
- *   SAMPLE rank=R t=S rounds=K rss_kb=X fds=F threads=T streams=Q conns=C
+ *   SAMPLE rank=R t=S rounds=K rss_kb=X fds=F threads=T streams=Q conns=C ...
  *          pending_tags=P unexpected_bytes=U
  * (streams: QUIC streams opened plus accepted so far, all peers; the last two
  * from nexar_comm_get_stats), and at the end
@@ -396,11 +396,12 @@ static void sample(nexar_comm_t *comm, double t) {
   CHECK_OK(nexar_comm_get_stats(comm, &st), "get_stats");
   printf(
       "SAMPLE rank=%u t=%.1f rounds=%lu rss_kb=%ld fds=%d threads=%ld streams=%llu conns=%llu "
-      "pending_tags=%llu unexpected_bytes=%llu heap_kb=%zu\n",
+      "pending_tags=%llu unexpected_bytes=%llu heap_kb=%zu anon_kb=%ld shmem_kb=%ld\n",
       g_rank, t, g_round, status_field("VmRSS"), open_fds(), status_field("Threads"),
       (unsigned long long)(st.streams_opened + st.streams_accepted),
       (unsigned long long)st.connections, (unsigned long long)st.pending_tags,
-      (unsigned long long)st.unexpected_bytes, heap_kb());
+      (unsigned long long)st.unexpected_bytes, heap_kb(), status_field("RssAnon"),
+      status_field("RssShmem"));
   fflush(stdout);
 }
 
