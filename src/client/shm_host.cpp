@@ -2,6 +2,7 @@
 
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,6 +90,7 @@ ShmHost::ShmHost(Client &client) : client_(client) {
 
 ShmHost::~ShmHost() {
   struct ev_loop *loop = client_.loop().raw();
+  if (channel_set_.valid()) client_.loop().unwatch_doorbell();
   ev_io_stop(loop, &listener_io_);
   for (auto &s : strangers_)
     ev_io_stop(loop, &s->io);
@@ -112,6 +114,11 @@ void ShmHost::start() {
     slot_used_.assign(g.slot_count, false);
   }
   if (s) s = shm_listen(&listener_, &socket_name_);
+  if (s) {
+    channel_set_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+    if (!channel_set_.valid())
+      s = error(NEXAR_ERR_INTERNAL, format("epoll_create1: %s", strerror(errno)));
+  }
   if (!s) {
     // With NEXAR_SHM=require, the first same-host peer fails formation (decide).
     unavailable_ = s;
@@ -121,6 +128,7 @@ void ShmHost::start() {
     return;
   }
   client_.loop().watch_io(&listener_io_, listener_.get(), EV_READ);
+  client_.loop().watch_doorbell(channel_set_.get(), [this] { on_doorbell(); });
   client_.loop().add_before_sleep([this] { return before_sleep(); });
   enabled_ = true;
 }
@@ -408,7 +416,16 @@ void ShmHost::establish(Pairing &p) {
   p.step = Pairing::Step::Done;
   open_.push_back(p.channel.get());
   ++pairs_up_;
-  client_.loop().watch_io(&p.io, p.channel->socket(), EV_READ);
+  // Its socket rings the doorbell a blocking caller waits on (see
+  // on_doorbell): a reply over shared memory wakes that caller alone.
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u32 = p.peer;
+  if (epoll_ctl(channel_set_.get(), EPOLL_CTL_ADD, p.channel->socket(), &ev) != 0)
+    p.channel->fail(
+        error(NEXAR_ERR_INTERNAL, format("cannot watch the channel to rank %u: epoll_ctl: %s",
+                                         p.peer, strerror(errno))),
+        false);
   LOG_DEBUG("rank %u reaches rank %u through shared memory", client_.identity().rank, p.peer);
   client_.peer_ready(p.peer, p.conn);
 }
@@ -434,6 +451,19 @@ void ShmHost::fall_back(Pairing &p, const Status &why) {
                client_.identity().rank, p.peer, why.message.c_str());
   }
   if (p.conn) client_.peer_ready(p.peer, p.conn);
+}
+
+void ShmHost::on_doorbell() {
+  epoll_event ready[16];
+  int n;
+  do {
+    n = epoll_wait(channel_set_.get(), ready, 16, 0);
+    for (int i = 0; i < n; ++i) {
+      const uint32_t peer = ready[i].data.u32;
+      if (peer < pairs_.size() && pairs_[peer] && pairs_[peer]->channel)
+        pairs_[peer]->channel->on_socket_ready();
+    }
+  } while (n == 16);
 }
 
 ShmChannel *ShmHost::channel(uint32_t peer) const {
@@ -471,6 +501,8 @@ MessageSink *ShmHost::on_shm_frame(ShmChannel *ch, const wire::FrameHeader &h) {
 }
 
 void ShmHost::on_shm_closed(ShmChannel *ch, const Status &why, bool left) {
+  // A hung-up socket stays readable: it must not ring the doorbell again.
+  if (ch->socket() >= 0) epoll_ctl(channel_set_.get(), EPOLL_CTL_DEL, ch->socket(), nullptr);
   client_.shm_peer_lost(ch->peer_rank(), why, left);
 }
 
@@ -487,10 +519,7 @@ bool ShmHost::before_sleep() {
       for (ShmChannel *c : open_)
         moved |= c->progress(1u << 20);
     }
-    if (moved) {
-      client_.loop().wake();  // more to do: the next poll must not sleep
-      return true;
-    }
+    if (moved) return true;  // the loop's pass calls again, and does not sleep while it moves
     // About to sleep: say so, then look once more. A peer publishes, then
     // reads this word; this side writes the word, then reads the counters.
     shm_store(&h->sleep_seq, h->sleep_seq + 1);

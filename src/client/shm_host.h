@@ -96,6 +96,8 @@ class ShmHost : private ShmChannelHandler {
   void end_setup(Pairing &p);
   void drop_stranger(Stranger *s);
   bool before_sleep();
+  // A channel's socket is readable (a doorbell, a goodbye, a hang-up).
+  void on_doorbell();
   void release_slot(int64_t slot);
 
   static void on_listener_ready(struct ev_loop *, ev_io *w, int);
@@ -110,6 +112,8 @@ class ShmHost : private ShmChannelHandler {
   std::string socket_name_;
   UniqueFd listener_;
   ev_io listener_io_;
+  // The open channels' sockets: the loop's doorbell (EventLoop::watch_doorbell).
+  UniqueFd channel_set_;
   OwnShmSegment segment_;
   std::vector<bool> slot_used_;
   std::vector<std::unique_ptr<Pairing>> pairs_;  // by world rank

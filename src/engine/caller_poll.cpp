@@ -1,4 +1,5 @@
-// A blocking caller waits on the engine's socket itself (CallerRun::run_here_and_wait).
+// A blocking caller waits on the engine's socket itself (CallerRun::run_here_and_wait),
+// and on the same-host doorbell beside it.
 //
 // The loop thread sleeps in libev's epoll_wait. If the caller slept on the
 // socket beside it, every datagram would wake both. So libev watches an
@@ -18,12 +19,13 @@
 
 namespace nexar {
 
-Status CallerRun::wait_on_socket(BlockingSlot &slot, int fd, uint64_t due) {
+Status CallerRun::wait_on_socket(BlockingSlot &slot, int fd, int doorbell, uint64_t due) {
   bool borrowing = true;
   while (borrowing && slot.begin_poll(borrower_wake_.get())) {
     short want = POLLIN;
     if (loop_.socket_.wants_write()) want |= POLLOUT;
-    pollfd fds[2] = {{fd, want, 0}, {borrower_wake_.get(), POLLIN, 0}};
+    // A negative descriptor is skipped by ppoll.
+    pollfd fds[3] = {{fd, want, 0}, {borrower_wake_.get(), POLLIN, 0}, {doorbell, POLLIN, 0}};
     // Until the next timer a caller armed (ngtcp2's pacing is often a few
     // microseconds away), else unbounded like the slot's own wait: the
     // operation's deadline is a timer too, which completes the slot and so
@@ -35,7 +37,7 @@ Status CallerRun::wait_on_socket(BlockingSlot &slot, int fd, uint64_t due) {
       rel = timespec_of_ns(due > now ? due - now : 0);
       timeout = &rel;
     }
-    const int n = ppoll(fds, 2, timeout, nullptr);
+    const int n = ppoll(fds, 3, timeout, nullptr);
     const bool pending = slot.end_poll();
     if (fds[1].revents & POLLIN) {
       uint64_t count;
@@ -45,14 +47,16 @@ Status CallerRun::wait_on_socket(BlockingSlot &slot, int fd, uint64_t due) {
     if (!pending) break;
     if (n < 0 && errno != EINTR) break;
     const short ready = n > 0 ? fds[0].revents : 0;
-    if (ready || (due != UINT64_MAX && now_ns() >= due)) borrowing = run_borrowed(fd, ready, &due);
+    const bool rang = n > 0 && (fds[2].revents & POLLIN);
+    if (ready || rang || (due != UINT64_MAX && now_ns() >= due))
+      borrowing = run_borrowed(fd, ready, doorbell, rang, &due);
   }
   loop_.socket_.give_back();
   leave_timers_to_loop();
   return slot.wait(0);  // returns at once if done
 }
 
-bool CallerRun::run_borrowed(int fd, short poll_revents, uint64_t *due) {
+bool CallerRun::run_borrowed(int fd, short poll_revents, int doorbell, bool rang, uint64_t *due) {
   if (poll_revents & POLLNVAL) return false;
   std::unique_lock<std::mutex> side(loop_.loop_mu_);  // the loop thread sleeps soon if awake
   // Stopped, or the socket was closed or replaced meanwhile.
@@ -61,6 +65,7 @@ bool CallerRun::run_borrowed(int fd, short poll_revents, uint64_t *due) {
                      ((poll_revents & POLLOUT) ? EV_WRITE : 0);
   const bool wake_now = run_as_loop([&] {
     if (events) loop_.socket_.run_handler(events);
+    if (rang && loop_.socket_.watches_doorbell(doorbell)) loop_.socket_.run_doorbell();
     fire_due_timers(now_ns());
   });
   // A woken loop thread sees every timer itself.

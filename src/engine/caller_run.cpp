@@ -24,14 +24,14 @@ CallerRun::CallerRun(EventLoop &loop) : loop_(loop) {
 }
 
 Status CallerRun::run_here_and_wait(BlockingSlot &slot, uint32_t spin_us) {
-  int fd = -1;
+  int fd = -1, doorbell = -1;
   uint64_t due = UINT64_MAX;
-  if (!run_here(&fd, &due)) return slot.wait(spin_us);
+  if (!run_here(&fd, &doorbell, &due)) return slot.wait(spin_us);
   if (fd < 0) return slot.wait(0);
-  return wait_on_socket(slot, fd, due);
+  return wait_on_socket(slot, fd, doorbell, due);
 }
 
-bool CallerRun::run_here(int *lend_fd, uint64_t *due) {
+bool CallerRun::run_here(int *lend_fd, int *doorbell, uint64_t *due) {
   // A loop thread that spins (NEXAR_SPIN_US) or is awake picks the command
   // up itself. Without the wake timer the loop thread could not learn of
   // timers armed here.
@@ -48,7 +48,7 @@ bool CallerRun::run_here(int *lend_fd, uint64_t *due) {
   }
   // Before the command runs: a reply may come while it still runs, and must
   // not wake the loop thread then either.
-  if (!borrower_wake_.valid() || !loop_.socket_.lend(lend_fd)) *lend_fd = -1;
+  if (!borrower_wake_.valid() || !loop_.socket_.lend(lend_fd, doorbell)) *lend_fd = -1;
   const bool wake_now = run_as_loop([this] { loop_.drain_commands(); });
   if (!wake_now) {
     // A borrowing caller fires the due timers itself while it waits, and

@@ -74,20 +74,21 @@ class CallerRun {
   // (and is woken). Borrows the socket before the commands run; if it did,
   // *lend_fd is the socket and *due the earliest timer armed here, which the
   // caller fires itself, else the wake timer is armed.
-  bool run_here(int *lend_fd, uint64_t *due);
+  bool run_here(int *lend_fd, int *doorbell, uint64_t *due);
   // With loop_mu_ held while the loop thread sleeps in epoll: runs work on
   // the loop's side on this thread, then what it made ready. True if the
   // loop thread must wake now (a watcher changed, or work is left), which
   // the caller does after unlocking.
   bool run_as_loop(const std::function<void()> &work);
-  // Polls the borrowed socket until slot is done, firing the timers armed by
-  // caller runs as they come due (from due on), then gives the socket back
-  // and leaves the timers still armed to the wake timer.
-  Status wait_on_socket(BlockingSlot &slot, int fd, uint64_t due);
-  // Runs the socket's handler for poll_revents (0: none), then the due
-  // timers, here; *due becomes the next one. False if the loop stopped or
-  // the socket changed (the caller stops borrowing).
-  bool run_borrowed(int fd, short poll_revents, uint64_t *due);
+  // Polls the borrowed socket (and doorbell, if >= 0) until slot is done,
+  // firing the timers armed by caller runs as they come due (from due on),
+  // then gives the socket back and leaves the timers still armed to the wake
+  // timer.
+  Status wait_on_socket(BlockingSlot &slot, int fd, int doorbell, uint64_t due);
+  // Runs the socket's handler for poll_revents (0: none) and the doorbell's
+  // if it rang, then the due timers, here; *due becomes the next one. False
+  // if the loop stopped or the socket changed (the caller stops borrowing).
+  bool run_borrowed(int fd, short poll_revents, int doorbell, bool rang, uint64_t *due);
   void leave_timers_to_loop();
   uint64_t timers_due() const;
   void fire_due_timers(uint64_t now);

@@ -185,14 +185,15 @@ void EventLoop::on_prepare(struct ev_loop *loop, ev_prepare *w, int) {
 bool EventLoop::run_pass() {
   // Resumed coroutines may queue writes and writes never resume coroutines,
   // so: drain, flush, and repeat while anything new became ready.
+  bool more = false;
   for (int round = 0; round < 64; ++round) {
     run_ready();
-    bool more = false;
+    more = false;
     for (auto &hook : hooks_)
       more |= hook();
     if (ready_.empty() && !more) break;
   }
-  return !ready_.empty();
+  return !ready_.empty() || more;
 }
 
 void EventLoop::spin_or_sleep(struct ev_loop *loop) {

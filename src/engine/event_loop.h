@@ -67,6 +67,12 @@ class EventLoop {
     socket_.watch(fd, events, std::move(on_ready));
   }
   void rewatch_socket(int events) { socket_.rewatch(events); }
+  // Loop side: the same-host path's doorbell, which a borrowing caller
+  // waits on beside the socket (LendableSocket::watch_doorbell).
+  void watch_doorbell(int fd, std::function<void()> on_ready) {
+    socket_.watch_doorbell(fd, std::move(on_ready));
+  }
+  void unwatch_doorbell() { socket_.unwatch_doorbell(); }
   void unwatch_socket() { socket_.unwatch(); }
   // Loop side: every timer and I/O watcher of the loop is (re)started here,
   // so that a caller running commands (run_here_and_wait) learns what the

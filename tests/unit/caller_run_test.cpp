@@ -393,3 +393,54 @@ TEST(CallerPoll, DescriptorTheSetRefusesIsWatchedDirectly) {
   loop.stop();
   close(fd);
 }
+
+// The same-host doorbell sits in the set beside the socket: rung while a
+// caller waits, it wakes that caller, which runs its handler (the loop
+// thread sleeping on); rung after the caller left, it wakes the loop thread.
+TEST(CallerPoll, DoorbellWakesTheWaitingCallerThenTheLoopThread) {
+  SleepingLoop s;
+  int bell[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0, bell), 0);
+  std::atomic<BlockingSlot *> slot{nullptr};
+  std::atomic<int> rings{0};
+  std::thread::id rang_on;
+  s.loop.run_sync([&] {
+    s.loop.watch_doorbell(bell[0], [&] {
+      char byte;
+      while (recv(bell[0], &byte, 1, 0) == 1) {
+        rang_on = std::this_thread::get_id();
+        rings.fetch_add(1);
+        if (BlockingSlot *sl = slot.exchange(nullptr)) sl->complete(Status());
+      }
+    });
+  });
+  let_loop_sleep(s.loop);
+  BlockingSlot mine;
+  slot.store(&mine);
+  ASSERT_TRUE(s.loop.post([] {}, false));
+  std::thread ringer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(send(bell[1], "b", 1, 0), 1);
+  });
+  {
+    Watchdog dog("the doorbell heard by the polling caller", 10);
+    EXPECT_TRUE(s.loop.run_here_and_wait(mine, 0).ok());
+  }
+  ringer.join();
+  EXPECT_EQ(rings.load(), 1);
+  EXPECT_EQ(rang_on, std::this_thread::get_id());
+  EXPECT_EQ(s.sock.reads.load(), 0);
+
+  BlockingSlot theirs;
+  slot.store(&theirs);
+  ASSERT_EQ(send(bell[1], "c", 1, 0), 1);
+  {
+    Watchdog dog("the doorbell heard by the loop thread once given back", 10);
+    EXPECT_TRUE(theirs.wait(0).ok());
+  }
+  EXPECT_EQ(rings.load(), 2);
+  EXPECT_NE(rang_on, std::this_thread::get_id());
+  s.loop.run_sync([&] { s.loop.unwatch_doorbell(); });
+  close(bell[0]);
+  close(bell[1]);
+}
