@@ -1180,6 +1180,39 @@ NEXAR_API nexar_status_t nexar_allreduce_compressed(nexar_comm_t *comm, const vo
                                                     nexar_compressor_t *compressor,
                                                     nexar_done_fn done, void *user_data);
 
+/* ---- Symmetric memory ---------------------------------------------------
+ *
+ * Buffers inside this rank's shared-memory segment. A message of 64 KiB or
+ * more sent from one of them to a rank on the same host (point-to-point, or
+ * inside a collective) travels by reference: the receiver copies it straight
+ * out of this rank's segment, one copy instead of two. The send completes
+ * once the receiver has read it. Any other buffer still works everywhere.
+ * The segment's heap is what NEXAR_SHM_MAX_BYTES leaves after the rings (2
+ * MiB per same-host peer); when shared memory is off, or the heap is full,
+ * nexar_mem_alloc gives ordinary page-aligned memory (logged once at info),
+ * which works the same, at the cost of the copy. The buffers belong to the
+ * rank's engine: any communicator of it (its splits too) frees them, and they
+ * are gone once the last of those is destroyed. Thread-safe. */
+
+/**
+ * Allocates bytes of symmetric memory (page-aligned, contents unspecified).
+ *
+ * @param comm   any communicator of this rank
+ * @param bytes  more than 0
+ * @param out    the buffer
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT (NULL comm or out, bytes 0);
+ *         NEXAR_ERR_NO_MEMORY
+ */
+NEXAR_API nexar_status_t nexar_mem_alloc(nexar_comm_t *comm, size_t bytes, void **out);
+
+/**
+ * Frees a buffer of nexar_mem_alloc (NULL: nothing).
+ *
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT (NULL comm, or ptr not from
+ *         nexar_mem_alloc of this rank's engine, or freed already)
+ */
+NEXAR_API nexar_status_t nexar_mem_free(nexar_comm_t *comm, void *ptr);
+
 #ifdef __cplusplus
 }
 #endif

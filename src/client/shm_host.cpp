@@ -83,7 +83,7 @@ struct ShmHost::Stranger {
   uint64_t since_ns = 0;
 };
 
-ShmHost::ShmHost(Client &client) : client_(client) {
+ShmHost::ShmHost(Client &client) : client_(client), symmetric_(client.identity().rank) {
   ev_init(&listener_io_, &ShmHost::on_listener_ready);
   listener_io_.data = this;
 }
@@ -129,6 +129,7 @@ void ShmHost::start() {
   }
   client_.loop().watch_io(&listener_io_, listener_.get(), EV_READ);
   client_.loop().watch_doorbell(channel_set_.get(), [this] { on_doorbell(); });
+  symmetric_.use_heap(segment_.heap(), segment_.heap_bytes());
   client_.loop().add_before_sleep([this] { return before_sleep(); });
   enabled_ = true;
 }

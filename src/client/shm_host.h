@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "client/symmetric_memory.h"
 #include "core/status.h"
 #include "core/unique_fd.h"
 #include "nexar.h"
@@ -69,6 +70,8 @@ class ShmHost : private ShmChannelHandler {
   // An orderly end of every channel (the peers read a goodbye).
   void leave_all(const Status &s);
   void add_stats(nexar_stats_t *out) const;
+  // nexar_mem_alloc's buffers: this segment's heap while the path is on.
+  SymmetricMemory &symmetric() { return symmetric_; }
 
  private:
   struct Pairing;
@@ -115,6 +118,7 @@ class ShmHost : private ShmChannelHandler {
   // The open channels' sockets: the loop's doorbell (EventLoop::watch_doorbell).
   UniqueFd channel_set_;
   OwnShmSegment segment_;
+  SymmetricMemory symmetric_;
   std::vector<bool> slot_used_;
   std::vector<std::unique_ptr<Pairing>> pairs_;  // by world rank
   std::vector<std::unique_ptr<Stranger>> strangers_;

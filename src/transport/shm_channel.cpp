@@ -29,13 +29,18 @@ ShmChannel::ShmChannel(ShmChannelHandler &handler, uint32_t peer_rank, UniqueFd 
       own_header_(own.header()),
       own_slot_(own_slot),
       peer_(std::move(peer)),
-      in_mask_(peer_.ring_bytes() - 1) {}
+      in_mask_(peer_.ring_bytes() - 1),
+      own_heap_(own.heap()),
+      own_heap_bytes_(own.heap_bytes()),
+      refs_done_(own.refs_done(own_slot)),
+      refs_done_local_(shm_load(own.refs_done(own_slot))) {}
 
 ShmChannel::~ShmChannel() {
-  for (ShmSendItem &item : queue_)
-    if (item.listener)
-      std::exchange(item.listener, nullptr)
-          ->on_send_done(error(NEXAR_ERR_CLOSED, "the same-host channel closed"));
+  for (auto *list : {&queue_, &refs_waiting_})
+    for (ShmSendItem &item : *list)
+      if (item.listener)
+        std::exchange(item.listener, nullptr)
+            ->on_send_done(error(NEXAR_ERR_CLOSED, "the same-host channel closed"));
 }
 
 uint64_t ShmChannel::ring_free() const {
@@ -93,6 +98,16 @@ ShmSendItem *ShmChannel::send(OutgoingMessage msg) {
   item.payload_len = msg.header.length;
   item.owned = std::move(msg.owned);
   item.listener = msg.listener;
+  const uint8_t *p = item.payload;
+  if (!item.owned && p && item.payload_len >= kShmRefMinBytes && p >= own_heap_ &&
+      p < own_heap_ + own_heap_bytes_ &&
+      item.payload_len <= static_cast<uint64_t>(own_heap_ + own_heap_bytes_ - p)) {
+    // The peer reads it out of this rank's heap: one copy instead of two.
+    const uint64_t ref[2] = {static_cast<uint64_t>(p - own_heap_), item.payload_len};
+    item.by_ref = true;
+    item.header[2] = kShmRefFlag;
+    memcpy(item.header + wire::kFrameHeaderSize, ref, sizeof ref);
+  }
   queued_bytes_ += item.total();
   ShmSendItem *handle = &item;
   uint64_t budget = UINT64_MAX;
@@ -110,6 +125,13 @@ void ShmChannel::finish_item(std::list<ShmSendItem>::iterator it, const Status &
 }
 
 void ShmChannel::cancel(ShmSendItem *item) {
+  // Written by reference: the peer may still read the buffer, which it only
+  // reads; the send is forgotten when the peer's count passes it.
+  for (ShmSendItem &waiting : refs_waiting_)
+    if (&waiting == item) {
+      waiting.listener = nullptr;
+      return;
+    }
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if (&*it != item) continue;
     it->listener = nullptr;
@@ -132,7 +154,13 @@ bool ShmChannel::pump_out(uint64_t *budget) {
     const uint64_t room = std::min(ring_free(), *budget);
     if (room == 0) break;
     uint64_t n = 0;
-    if (item.written < wire::kFrameHeaderSize) {
+    if (item.by_ref) {
+      // Header and reference go in together, so the reader finds both.
+      if (room < item.total()) break;
+      write_ring(item.header, item.total());
+      n = item.total();
+      bytes_sent_ += item.payload_len;
+    } else if (item.written < wire::kFrameHeaderSize) {
       // The header goes in whole, so the reader never waits on half of one.
       if (room < wire::kFrameHeaderSize) break;
       write_ring(item.header, wire::kFrameHeaderSize);
@@ -150,7 +178,12 @@ bool ShmChannel::pump_out(uint64_t *budget) {
     if (item.written == item.total()) {
       ++messages_sent_;
       shm_store(out_tail_, out_tail_local_);
-      finish_item(queue_.begin(), Status());
+      if (item.by_ref) {
+        item.ref_index = ++refs_sent_;
+        refs_waiting_.splice(refs_waiting_.end(), queue_, queue_.begin());
+      } else {
+        finish_item(queue_.begin(), Status());
+      }
     }
   }
   if (moved) shm_store(out_tail_, out_tail_local_);
@@ -185,7 +218,12 @@ void ShmChannel::read_ring(uint8_t *dst, uint64_t n) {
 bool ShmChannel::pump_in(uint64_t *budget) {
   bool moved = false;
   uint64_t avail = 0;
-  while (!closed_ && *budget > 0 && peer_available(&avail) && avail > 0) {
+  while (!closed_ && *budget > 0) {
+    if (in_payload_ && in_ref_) {
+      moved |= copy_ref(budget);
+      continue;
+    }
+    if (!peer_available(&avail) || avail == 0) break;
     if (!in_payload_) {
       const uint64_t n = std::min<uint64_t>(avail, wire::kFrameHeaderSize - in_header_have_);
       read_ring(in_header_ + in_header_have_, n);
@@ -193,24 +231,8 @@ bool ShmChannel::pump_in(uint64_t *budget) {
       moved = true;
       if (in_header_have_ < wire::kFrameHeaderSize) continue;
       in_header_have_ = 0;
-      wire::FrameHeader h;
-      Status s = wire::decode_frame_header(in_header_, &h);
-      if (s.ok() && (h.kind == wire::FrameKind::Control || h.kind == wire::FrameKind::Relay))
-        s = error(NEXAR_ERR_PROTOCOL, "a control or relay frame, which travel on QUIC only");
-      if (!s) {
-        fail(error(NEXAR_ERR_PROTOCOL,
-                   format("rank %u sent a malformed frame on its same-host ring: %s", peer_rank_,
-                          s.message.c_str()),
-                   static_cast<int32_t>(peer_rank_)),
-             false);
-        return moved;
-      }
-      in_sink_ = handler_.on_shm_frame(this, h);
-      if (closed_) return moved;
-      in_left_ = h.length;
-      in_payload_ = true;
-      ++messages_received_;
-      if (in_left_ > 0) continue;  // avail counted the header: look again
+      if (!begin_frame(&avail)) return moved;
+      if (in_left_ > 0 || in_ref_) continue;  // avail counted the header: look again
     }
     if (in_left_ > 0) {
       // Straight from the ring into the sink: one copy.
@@ -233,9 +255,91 @@ bool ShmChannel::pump_in(uint64_t *budget) {
   return moved;
 }
 
+bool ShmChannel::begin_frame(uint64_t *avail) {
+  const bool by_ref = in_header_[2] == kShmRefFlag;
+  if (by_ref) in_header_[2] = 0;
+  wire::FrameHeader h;
+  Status s = wire::decode_frame_header(in_header_, &h);
+  if (s.ok() && (h.kind == wire::FrameKind::Control || h.kind == wire::FrameKind::Relay))
+    s = error(NEXAR_ERR_PROTOCOL, "a control or relay frame, which travel on QUIC only");
+  uint64_t ref[2] = {0, 0};
+  if (s.ok() && by_ref) {
+    // The writer publishes a header by reference and its reference together.
+    if (!peer_available(avail)) return false;
+    if (*avail < kShmRefBytes) {
+      s = error(NEXAR_ERR_PROTOCOL, "a message by reference without its reference");
+    } else {
+      read_ring(reinterpret_cast<uint8_t *>(ref), kShmRefBytes);
+      if (ref[1] != h.length || ref[0] > peer_.heap_bytes() ||
+          h.length > peer_.heap_bytes() - ref[0])
+        s = error(
+            NEXAR_ERR_PROTOCOL,
+            format("a reference to %llu bytes at %llu, outside its heap of %llu",
+                   static_cast<unsigned long long>(ref[1]), static_cast<unsigned long long>(ref[0]),
+                   static_cast<unsigned long long>(peer_.heap_bytes())));
+    }
+  }
+  if (!s) {
+    fail(error(NEXAR_ERR_PROTOCOL,
+               format("rank %u sent a malformed frame on its same-host ring: %s", peer_rank_,
+                      s.message.c_str()),
+               static_cast<int32_t>(peer_rank_)),
+         false);
+    return false;
+  }
+  in_sink_ = handler_.on_shm_frame(this, h);
+  if (closed_) return false;
+  in_left_ = h.length;
+  in_payload_ = true;
+  in_ref_ = by_ref ? peer_.heap() + ref[0] : nullptr;
+  ++messages_received_;
+  return true;
+}
+
+bool ShmChannel::copy_ref(uint64_t *budget) {
+  const uint64_t n = std::min(in_left_, *budget);
+  if (in_sink_ && n) in_sink_->write(in_ref_, static_cast<size_t>(n));
+  in_ref_ += n;
+  in_left_ -= n;
+  bytes_received_ += n;
+  *budget -= n;
+  if (in_left_ == 0) {
+    in_payload_ = false;
+    in_ref_ = nullptr;
+    if (MessageSink *sink = std::exchange(in_sink_, nullptr)) sink->finish(true);
+    // Read: the peer may reuse its buffer.
+    shm_store(refs_done_, ++refs_done_local_);
+  }
+  return true;
+}
+
+bool ShmChannel::collect_refs() {
+  if (refs_waiting_.empty()) return false;
+  const uint64_t done = shm_load(peer_.refs_done());
+  if (done > refs_sent_) {
+    fail(error(NEXAR_ERR_PROTOCOL,
+               format("rank %u claims to have read %llu messages by reference of %llu sent",
+                      peer_rank_, static_cast<unsigned long long>(done),
+                      static_cast<unsigned long long>(refs_sent_)),
+               static_cast<int32_t>(peer_rank_)),
+         false);
+    return false;
+  }
+  bool any = false;
+  while (!refs_waiting_.empty() && refs_waiting_.front().ref_index <= done) {
+    SendListener *l = std::exchange(refs_waiting_.front().listener, nullptr);
+    refs_waiting_.pop_front();
+    any = true;
+    if (l) l->on_send_done(Status());
+  }
+  return any;
+}
+
 bool ShmChannel::progress(uint64_t budget) {
   if (closed_) return false;
   bool moved = pump_in(&budget);
+  if (closed_) return moved;
+  moved |= collect_refs();
   if (closed_) return moved;
   moved |= pump_out(&budget);
   if (moved) ring_peer();
@@ -244,6 +348,9 @@ bool ShmChannel::progress(uint64_t budget) {
 
 bool ShmChannel::has_work() const {
   if (closed_) return false;
+  if (in_payload_ && in_ref_) return true;
+  if (!refs_waiting_.empty() && shm_load(peer_.refs_done()) >= refs_waiting_.front().ref_index)
+    return true;
   const uint64_t tail = shm_load(peer_.tail());
   if (tail != in_head_local_) return true;
   if (queue_.empty()) return false;
@@ -301,6 +408,14 @@ void ShmChannel::on_socket_ready() {
   }
 }
 
+void ShmChannel::fail_refs(const Status &s) {
+  while (!refs_waiting_.empty()) {
+    SendListener *l = std::exchange(refs_waiting_.front().listener, nullptr);
+    refs_waiting_.pop_front();
+    if (l) l->on_send_done(s);
+  }
+}
+
 void ShmChannel::leave(const Status &s) {
   if (closed_) return;
   const ssize_t n = ::send(sock_.get(), &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -308,6 +423,7 @@ void ShmChannel::leave(const Status &s) {
   closed_ = true;
   while (!queue_.empty())
     finish_item(queue_.begin(), s);
+  fail_refs(s);
   if (MessageSink *sink = std::exchange(in_sink_, nullptr)) sink->finish(false);
   sock_ = UniqueFd();
 }
@@ -317,6 +433,7 @@ void ShmChannel::fail(const Status &s, bool left) {
   closed_ = true;
   while (!queue_.empty())
     finish_item(queue_.begin(), s);
+  fail_refs(s);
   if (MessageSink *sink = std::exchange(in_sink_, nullptr)) sink->finish(false);
   handler_.on_shm_closed(this, s, left);
 }

@@ -6,6 +6,13 @@
 // it out of the peer's segment, mapped read-only. Each side publishes how
 // far it wrote (tail) and how far it read (head) in its own segment.
 //
+// A message of at least kShmRefMinBytes whose payload lies in this rank's
+// symmetric heap (nexar_mem_alloc) travels by reference: the ring carries
+// its header, flagged, and the payload's offset in the heap; the peer copies
+// the payload straight out of the heap into its sink, then counts it in its
+// refs_done line. The send completes once the peer's count covers it, so
+// the buffer is not reused while the peer reads it.
+//
 // Wake-ups: a side whose loop is about to sleep makes its segment's sleep
 // word odd, then looks once more for work (client/shm_host.h); a writer that
 // published, or a reader that made room, rings the peer's doorbell (a byte on
@@ -41,16 +48,25 @@ class ShmChannelHandler {
   virtual void on_shm_closed(ShmChannel *ch, const Status &why, bool left) = 0;
 };
 
+inline constexpr uint64_t kShmRefMinBytes = 64 << 10;
+// The frame header's flags byte (frame.h: zero on QUIC) marks a message by
+// reference on a ring, followed by kShmRefBytes: the heap offset and length.
+inline constexpr uint8_t kShmRefFlag = 0x52;
+inline constexpr size_t kShmRefBytes = 16;
+
 // One queued message, as the ring will carry it.
 struct ShmSendItem {
-  uint8_t header[wire::kFrameHeaderSize];
+  uint8_t header[wire::kFrameHeaderSize + kShmRefBytes];
+  bool by_ref = false;  // header then the reference, written together
   const uint8_t *payload = nullptr;
   uint64_t payload_len = 0;
   PooledBuf owned;
   SendListener *listener = nullptr;
   uint64_t written = 0;    // bytes of header + payload in the ring
   bool zero_rest = false;  // cancelled mid-way: zeros for the rest
-  uint64_t total() const { return wire::kFrameHeaderSize + payload_len; }
+  // Bytes the ring carries for it.
+  uint64_t total() const { return wire::kFrameHeaderSize + (by_ref ? kShmRefBytes : payload_len); }
+  uint64_t ref_index = 0;  // by reference, once written: the peer's count that covers it
 };
 
 class ShmChannel {
@@ -106,6 +122,13 @@ class ShmChannel {
   void write_ring(const uint8_t *src, uint64_t n);  // n <= ring_free(); zeros if src null
   bool pump_out(uint64_t *budget);
   bool pump_in(uint64_t *budget);
+  // Reads the frame header (and a reference) just completed in in_header_.
+  bool begin_frame(uint64_t *avail);
+  // Copies the current message by reference out of the peer's heap.
+  bool copy_ref(uint64_t *budget);
+  // Completes the sends by reference the peer has finished reading.
+  bool collect_refs();
+  void fail_refs(const Status &s);
   void ring_peer();
   // Bytes the peer has published and this side not read; false (and the
   // channel failed) if the peer's counters are impossible.
@@ -132,6 +155,15 @@ class ShmChannel {
 
   std::list<ShmSendItem> queue_;
   uint64_t queued_bytes_ = 0;
+  // This rank's heap, whose buffers may travel by reference.
+  const uint8_t *own_heap_;
+  uint64_t own_heap_bytes_;
+  // Written by reference, waiting for the peer to finish reading them.
+  std::list<ShmSendItem> refs_waiting_;
+  uint64_t refs_sent_ = 0;
+  uint64_t *refs_done_;  // own segment: references of the peer read
+  uint64_t refs_done_local_ = 0;
+  const uint8_t *in_ref_ = nullptr;  // the current message by reference: next byte
 
   // The frame being read.
   uint8_t in_header_[wire::kFrameHeaderSize];

@@ -35,6 +35,7 @@ ShmGeometry ShmGeometry::fit(uint64_t budget, uint64_t ring_bytes, uint64_t max_
   g.ring_bytes = ring_bytes;
   if (budget <= kShmHeaderBytes) return g;
   g.slot_count = std::min<uint64_t>(max_slots, (budget - kShmHeaderBytes) / g.slot_stride());
+  if (budget > g.heap_offset()) g.heap_bytes = (budget - g.heap_offset()) & ~(kShmPage - 1);
   return g;
 }
 
@@ -62,6 +63,8 @@ Status OwnShmSegment::create(uint32_t owner_rank, ShmGeometry g, OwnShmSegment *
   h->ring_bytes = g.ring_bytes;
   h->slot_stride = g.slot_stride();
   h->total_bytes = total;
+  h->heap_offset = g.heap_offset();
+  h->heap_bytes = g.heap_bytes;
   out->fd_ = std::move(fd);
   out->map_ = std::move(map);
   out->geometry_ = g;
@@ -85,17 +88,20 @@ Status PeerShmSegment::map(UniqueFd fd, uint32_t peer_rank, uint64_t slot, PeerS
   // The geometry is read once; the seals keep the size as checked here.
   ShmSegmentHeader h;
   memcpy(&h, map.data(), sizeof h);
-  ShmGeometry g{h.slot_count, h.ring_bytes};
+  ShmGeometry g{h.slot_count, h.ring_bytes, h.heap_bytes};
   const bool pow2 = h.ring_bytes && (h.ring_bytes & (h.ring_bytes - 1)) == 0;
   if (h.magic != kShmMagic || h.version != kShmVersion || h.owner_rank != peer_rank || !pow2 ||
       h.ring_bytes > (1ull << 32) || h.slot_count > (1u << 16) ||
-      h.slot_stride != g.slot_stride() || h.total_bytes != g.total_bytes() ||
+      h.slot_stride != g.slot_stride() || h.heap_bytes % kShmPage != 0 || h.heap_bytes > size ||
+      h.heap_offset != g.heap_offset() || h.total_bytes != g.total_bytes() ||
       g.total_bytes() > size || slot >= h.slot_count)
     return error(NEXAR_ERR_PROTOCOL,
                  format("rank %u's segment header is malformed or names another slot", peer_rank));
   out->map_ = std::move(map);
   out->slot_offset_ = kShmHeaderBytes + slot * g.slot_stride();
   out->ring_bytes_ = h.ring_bytes;
+  out->heap_offset_ = h.heap_offset;
+  out->heap_bytes_ = h.heap_bytes;
   return {};
 }
 

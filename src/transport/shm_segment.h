@@ -13,7 +13,12 @@
 //              line 0: tail  (bytes the owner wrote into this slot's ring)
 //              line 1: head  (bytes the owner consumed of the peer's ring
 //                             towards it)
+//              line 2: refs_done (messages by reference from the peer that
+//                             the owner finished copying)
 //              then the ring's bytes (ring_bytes, a power of two)
+//   heap_offset (page aligned)   the symmetric heap: buffers nexar_mem_alloc
+//              hands out; a large message from one of them travels as a
+//              reference into it, which the peer copies straight out.
 #pragma once
 
 #include <atomic>
@@ -26,10 +31,11 @@
 namespace nexar {
 
 inline constexpr uint64_t kShmMagic = 0x3130484d53584e45ull;  // "ENXSMH01"
-inline constexpr uint32_t kShmVersion = 1;
+inline constexpr uint32_t kShmVersion = 2;
 inline constexpr size_t kShmHeaderBytes = 4096;
 inline constexpr size_t kShmLine = 64;
-inline constexpr size_t kShmSlotControlBytes = 2 * kShmLine;
+inline constexpr size_t kShmSlotControlBytes = 3 * kShmLine;
+inline constexpr uint64_t kShmPage = 4096;
 // Seals a segment carries before a peer maps it.
 int shm_required_seals();
 
@@ -41,6 +47,8 @@ struct ShmSegmentHeader {
   uint64_t ring_bytes;
   uint64_t slot_stride;
   uint64_t total_bytes;
+  uint64_t heap_offset;
+  uint64_t heap_bytes;
   alignas(kShmLine) uint64_t sleep_seq;  // odd while the owner's loop sleeps
 };
 
@@ -76,13 +84,19 @@ class ShmMapping {
   size_t bytes_ = 0;
 };
 
-// The geometry of a segment: how many peers it serves and the ring of each.
+// The geometry of a segment: how many peers it serves, the ring of each,
+// and the symmetric heap after them.
 struct ShmGeometry {
   uint64_t slot_count = 0;
   uint64_t ring_bytes = 0;
+  uint64_t heap_bytes = 0;  // a multiple of kShmPage
   uint64_t slot_stride() const { return kShmSlotControlBytes + ring_bytes; }
-  uint64_t total_bytes() const { return kShmHeaderBytes + slot_count * slot_stride(); }
-  // The most slots of ring_bytes that fit in budget bytes (at most max_slots).
+  uint64_t heap_offset() const {
+    return (kShmHeaderBytes + slot_count * slot_stride() + kShmPage - 1) & ~(kShmPage - 1);
+  }
+  uint64_t total_bytes() const { return heap_offset() + heap_bytes; }
+  // The most slots of ring_bytes that fit in budget bytes (at most
+  // max_slots); the rest of the budget is the heap.
   static ShmGeometry fit(uint64_t budget, uint64_t ring_bytes, uint64_t max_slots);
 };
 
@@ -96,6 +110,9 @@ class OwnShmSegment {
   ShmSegmentHeader *header() const { return reinterpret_cast<ShmSegmentHeader *>(map_.data()); }
   uint64_t *tail(uint64_t slot) const { return line(slot, 0); }
   uint64_t *head(uint64_t slot) const { return line(slot, 1); }
+  uint64_t *refs_done(uint64_t slot) const { return line(slot, 2); }
+  uint8_t *heap() const { return map_.data() + geometry_.heap_offset(); }
+  uint64_t heap_bytes() const { return geometry_.heap_bytes; }
   uint8_t *ring(uint64_t slot) const {
     return map_.data() + kShmHeaderBytes + slot * geometry_.slot_stride() + kShmSlotControlBytes;
   }
@@ -123,8 +140,11 @@ class PeerShmSegment {
   }
   const uint64_t *tail() const { return line(0); }
   const uint64_t *head() const { return line(1); }
+  const uint64_t *refs_done() const { return line(2); }
   const uint8_t *ring() const { return slot_base() + kShmSlotControlBytes; }
   uint64_t ring_bytes() const { return ring_bytes_; }
+  const uint8_t *heap() const { return map_.data() + heap_offset_; }
+  uint64_t heap_bytes() const { return heap_bytes_; }
   size_t mapped_bytes() const { return map_.size(); }
 
  private:
@@ -135,6 +155,8 @@ class PeerShmSegment {
   ShmMapping map_;
   uint64_t slot_offset_ = 0;
   uint64_t ring_bytes_ = 0;
+  uint64_t heap_offset_ = 0;
+  uint64_t heap_bytes_ = 0;
 };
 
 }  // namespace nexar

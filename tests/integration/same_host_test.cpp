@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -133,11 +136,24 @@ TEST(SameHost, StrangerWithoutTheSessionGetsNoSegment) {
   nexar_comm_options_t o = options(NEXAR_SHM_AUTO);
   World w(2, &o);
   ASSERT_TRUE(w.ok());
+  // This process's listening sockets only: other programs on the machine
+  // (other tests) come and go.
+  std::set<std::string> mine;
+  for (const auto &e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) mine.insert(target.substr(8, target.size() - 9));
+  }
   std::vector<std::string> names;
   std::ifstream f("/proc/net/unix");
   for (std::string line; std::getline(f, line);) {
     const size_t at = line.find("@nexar-shm-");
-    if (at != std::string::npos) names.push_back(line.substr(at + 1));
+    if (at == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::string field, inode;
+    for (int i = 0; i < 7 && fields >> field; ++i)
+      inode = field;  // Num RefCount Protocol Flags Type St Inode
+    if (mine.count(inode)) names.push_back(line.substr(at + 1));
   }
   ASSERT_FALSE(names.empty());
   int tried = 0;
@@ -148,10 +164,7 @@ TEST(SameHost, StrangerWithoutTheSessionGetsNoSegment) {
     a.sun_family = AF_UNIX;
     memcpy(a.sun_path + 1, name.data(), name.size());
     const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-    if (connect(fd, reinterpret_cast<sockaddr *>(&a), len) != 0) {
-      close(fd);
-      continue;  // another test's socket, gone meanwhile
-    }
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&a), len), 0) << strerror(errno);
     // magic "NXSH", version 1, rank 1, slot 0, a proof of zeros: a well-formed
     // hello, refused (no pair with rank 1 waits for one, and the proof is not
     // the session's).
@@ -216,4 +229,58 @@ TEST(SameHost, KilledLocalRankIsNamedAtOnce) {
   }
   for (int r : {0, 1, 3})
     EXPECT_TRUE(ws[r]->wait(30)) << ws[r]->dump();
+}
+
+// Symmetric memory through the C ABI: a 4 MiB message from it (which
+// travels by reference) and a broadcast out of it arrive exactly; freeing
+// checks what it frees. With shared memory off the same calls work on
+// ordinary memory.
+TEST(SameHost, SymmetricMemoryCarriesMessagesExactly) {
+  for (uint32_t mode : {NEXAR_SHM_AUTO, NEXAR_SHM_OFF}) {
+    nexar_comm_options_t o = options(mode);
+    World w(2, &o);
+    ASSERT_TRUE(w.ok());
+    const size_t n = (4u << 20) / sizeof(uint32_t);
+    std::vector<uint32_t *> bufs(2);
+    for (uint32_t r = 0; r < 2; ++r) {
+      void *p = nullptr;
+      ASSERT_EQ(nexar_mem_alloc(w[r], n * sizeof(uint32_t), &p), NEXAR_OK)
+          << nexar_last_error_message();
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u);
+      bufs[r] = static_cast<uint32_t *>(p);
+      for (size_t i = 0; i < n; ++i)
+        bufs[r][i] = static_cast<uint32_t>(i * 2654435761u + r);
+    }
+    std::vector<uint32_t> got(n);
+    on_each_rank(2, [&](uint32_t r) {
+      if (r == 0)
+        EXPECT_EQ(nexar_send(w[0], bufs[0], n * sizeof(uint32_t), 1, 9, nullptr, nullptr), NEXAR_OK)
+            << nexar_last_error_message();
+      else
+        EXPECT_EQ(nexar_recv(w[1], got.data(), n * sizeof(uint32_t), 0, 9, nullptr, nullptr),
+                  NEXAR_OK)
+            << nexar_last_error_message();
+    });
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[i], static_cast<uint32_t>(i * 2654435761u)) << "element " << i;
+    on_each_rank(2, [&](uint32_t r) {
+      EXPECT_EQ(nexar_broadcast(w[r], bufs[r], n, NEXAR_DTYPE_U32, 1, nullptr, nullptr), NEXAR_OK)
+          << nexar_last_error_message();
+    });
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(bufs[0][i], static_cast<uint32_t>(i * 2654435761u + 1)) << "element " << i;
+    if (mode == NEXAR_SHM_AUTO) EXPECT_EQ(stats(w[0]).shm_pairs, 1u);
+    for (uint32_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(nexar_mem_free(w[r], bufs[r]), NEXAR_OK);
+      EXPECT_EQ(nexar_mem_free(w[r], bufs[r]), NEXAR_ERR_INVALID_ARGUMENT) << "freed twice";
+      EXPECT_NE(std::string(nexar_last_error_message()).find("nexar_mem_free"), std::string::npos);
+    }
+    int local = 0;
+    EXPECT_EQ(nexar_mem_free(w[0], &local), NEXAR_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(nexar_mem_free(w[0], nullptr), NEXAR_OK);
+    void *p = nullptr;
+    EXPECT_EQ(nexar_mem_alloc(w[0], 0, &p), NEXAR_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(nexar_mem_alloc(nullptr, 64, &p), NEXAR_ERR_INVALID_ARGUMENT);
+  }
 }

@@ -67,9 +67,9 @@ struct Pair {
   OwnShmSegment seg_a, seg_b;
   Side side_a, side_b;
   std::unique_ptr<ShmChannel> a, b;
-  Pair() {
-    EXPECT_TRUE(OwnShmSegment::create(0, {1, kRing}, &seg_a).ok());
-    EXPECT_TRUE(OwnShmSegment::create(1, {1, kRing}, &seg_b).ok());
+  explicit Pair(uint64_t heap = 0) {
+    EXPECT_TRUE(OwnShmSegment::create(0, {1, kRing, heap}, &seg_a).ok());
+    EXPECT_TRUE(OwnShmSegment::create(1, {1, kRing, heap}, &seg_b).ok());
     int sv[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, sv), 0);
     a = std::make_unique<ShmChannel>(side_a, 1, UniqueFd(sv[0]), seg_a, 0, map_peer(seg_b, 1, 0));
@@ -247,4 +247,94 @@ TEST(ShmChannel, CancelledMessageKeepsTheStreamFramed) {
     ASSERT_NE(p.side_b.received[0][i], 0x11) << "read the buffer after cancel, at " << i;
   EXPECT_EQ(p.side_b.received[1], small);
   EXPECT_FALSE(p.side_b.closed);
+}
+
+// A large message from the sender's heap travels as a reference: the ring
+// carries its header and where it is, the receiver copies it out of the
+// sender's segment, and the send completes only once the receiver has read
+// it. The same size from elsewhere travels inline.
+TEST(ShmChannel, LargeMessageFromTheHeapTravelsByReference) {
+  Pair p(1 << 20);
+  const uint64_t n = 3 * kRing + 5;  // larger than the ring: inline it would take rounds
+  uint8_t *buf = p.seg_a.heap() + 8192;
+  for (uint64_t i = 0; i < n; ++i)
+    buf[i] = static_cast<uint8_t>(i * 7 + 1);
+  std::vector<uint8_t> expected(buf, buf + n);
+  Done done;
+  OutgoingMessage msg;
+  msg.header.kind = wire::FrameKind::P2P;
+  msg.header.tag = 42;
+  msg.header.length = n;
+  msg.payload = buf;
+  msg.listener = &done;
+  const uint64_t tail_before = shm_load(p.seg_a.tail(0));
+  p.a->send(std::move(msg));
+  EXPECT_EQ(shm_load(p.seg_a.tail(0)) - tail_before, wire::kFrameHeaderSize + kShmRefBytes);
+  p.a->progress(1 << 20);
+  EXPECT_EQ(done.count, 0) << "completed before the receiver read the buffer";
+  p.pump();
+  EXPECT_EQ(done.count, 1);
+  EXPECT_TRUE(done.last.ok());
+  ASSERT_EQ(p.side_b.received.size(), 1u);
+  EXPECT_EQ(p.side_b.headers[0].tag, 42u);
+  EXPECT_EQ(p.side_b.headers[0].length, n);
+  EXPECT_EQ(p.side_b.received[0], expected);
+  EXPECT_TRUE(p.side_b.sinks[0]->finished_ok);
+  EXPECT_EQ(p.a->bytes_sent(), p.b->bytes_received());
+
+  // Not from the heap: inline, as before.
+  std::vector<uint8_t> plain(expected);
+  OutgoingMessage inl;
+  inl.header.kind = wire::FrameKind::P2P;
+  inl.header.length = plain.size();
+  inl.payload = plain.data();
+  inl.listener = &done;
+  const uint64_t tail_inline = shm_load(p.seg_a.tail(0));
+  p.a->send(std::move(inl));
+  EXPECT_GT(shm_load(p.seg_a.tail(0)) - tail_inline, wire::kFrameHeaderSize + kShmRefBytes);
+  p.pump();
+  EXPECT_EQ(done.count, 2);
+  ASSERT_EQ(p.side_b.received.size(), 2u);
+  EXPECT_EQ(p.side_b.received[1], expected);
+  EXPECT_FALSE(p.side_a.closed);
+  EXPECT_FALSE(p.side_b.closed);
+}
+
+// A hostile peer's references: outside its heap, without the reference, or
+// a count of references read beyond what was sent: a protocol error for
+// that channel, nothing read out of bounds.
+TEST(ShmChannel, HostileReferencesAreAProtocolError) {
+  for (int variant = 0; variant < 3; ++variant) {
+    Pair p(1 << 20);
+    uint8_t frame[wire::kFrameHeaderSize + kShmRefBytes];
+    wire::FrameHeader fh;
+    fh.kind = wire::FrameKind::P2P;
+    fh.length = 1 << 20;
+    wire::encode_frame_header(fh, frame);
+    frame[2] = kShmRefFlag;
+    const uint64_t ref[2] = {variant == 0 ? uint64_t{4096} : UINT64_MAX - 10, fh.length};
+    memcpy(frame + wire::kFrameHeaderSize, ref, sizeof ref);
+    p.forge(frame, variant == 2 ? wire::kFrameHeaderSize : sizeof frame);
+    p.pump();
+    ASSERT_TRUE(p.side_b.closed) << "variant " << variant;
+    EXPECT_EQ(p.side_b.why.code, NEXAR_ERR_PROTOCOL) << "variant " << variant;
+    EXPECT_EQ(p.side_b.why.failed_rank, 0);
+    EXPECT_NE(p.side_b.why.message.find("reference"), std::string::npos) << p.side_b.why.message;
+  }
+  // b claims to have read more references than a sent.
+  Pair p(1 << 20);
+  Done done;
+  OutgoingMessage msg;
+  msg.header.kind = wire::FrameKind::P2P;
+  msg.header.length = kShmRefMinBytes;
+  msg.payload = p.seg_a.heap();
+  msg.listener = &done;
+  p.a->send(std::move(msg));
+  shm_store(p.seg_b.refs_done(0), 5);
+  p.a->progress(1 << 20);
+  ASSERT_TRUE(p.side_a.closed);
+  EXPECT_EQ(p.side_a.why.code, NEXAR_ERR_PROTOCOL);
+  EXPECT_EQ(p.side_a.why.failed_rank, 1);
+  EXPECT_EQ(done.count, 1);
+  EXPECT_FALSE(done.last.ok());
 }
