@@ -35,8 +35,9 @@ const std::vector<std::string> &all_ops() {
 }
 
 const std::vector<std::string> &all_peer_libs() {
-  static const std::vector<std::string> libs = {
-      "nexar-quic", "nexar-spin", "nexar-bound", "openmpi", "openmpi-shm", "gloo", "gloo-hd"};
+  static const std::vector<std::string> libs = {"nexar-quic",  "nexar-symm", "nexar-spin",
+                                                "nexar-bound", "openmpi",    "openmpi-shm",
+                                                "gloo",        "gloo-hd"};
   return libs;
 }
 
@@ -44,7 +45,8 @@ namespace {
 
 // nexar itself or one of its variants (no peer packages needed).
 bool is_nexar(const std::string &lib) {
-  return lib == "nexar" || lib == "nexar-quic" || lib == "nexar-spin" || lib == "nexar-bound";
+  return lib == "nexar" || lib == "nexar-quic" || lib == "nexar-symm" || lib == "nexar-spin" ||
+         lib == "nexar-bound";
 }
 
 // ---- where things are ------------------------------------------------------
@@ -306,6 +308,12 @@ class Driver {
       // nexar-quic: every byte over QUIC, even between ranks of one host.
       if (s.lib == "nexar-spin") env.push_back("NEXAR_SPIN_US=" + spin_us());
       if (s.lib == "nexar-quic") env.push_back("NEXAR_SHM=off");
+      // nexar-symm: buffers from nexar_mem_alloc, with a segment large
+      // enough to hold a 64 MiB row's two.
+      if (s.lib == "nexar-symm") {
+        env.push_back("NEXAR_BENCH_SYMM=1");
+        env.push_back("NEXAR_SHM_MAX_BYTES=" + std::to_string(uint64_t{512} << 20));
+      }
       return pg.start(av, env, err);
     }
     if (s.lib == "openmpi" || s.lib == "openmpi-shm") {

@@ -43,6 +43,7 @@ class NexarBackend {
         size_(int(nexar_comm_size(c))),
         timeout_s_(timeout_s ? timeout_s : 300) {
     if (const char *s = getenv("NEXAR_BENCH_TEST_STALL_SECS")) stall_s_ = atoi(s);
+    if (const char *s = getenv("NEXAR_BENCH_SYMM")) symm_ = atoi(s) == 1;
   }
 
   int rank() const { return rank_; }
@@ -63,6 +64,7 @@ class NexarBackend {
     l_ = l;
     in_ = in;
     out_ = out;
+    if (symm_) use_symmetric_buffers();
     if (op == "bucketed" || op == "per_tensor") {
       // The tensors lie one after the other in out (bucketed works in place).
       counts_ = benchm::gradientList(l.count);
@@ -70,7 +72,7 @@ class NexarBackend {
       tensors_.clear();
       for (size_t n : counts_) {
         n = std::min(n, l.count - at);
-        tensors_.push_back({out + at, n});
+        tensors_.push_back({out_ + at, n});
         at += n;
       }
       tensors_.back().count += l.count - at;  // the rounding's rest
@@ -85,6 +87,12 @@ class NexarBackend {
 
   void run() {
     maybe_stall();
+    if (symm_copy_in_) {
+      // The first run after prepare is the check's, on what it filled in.
+      memcpy(symm_in_, runner_in_, l_.in_count * sizeof(float));
+      memcpy(symm_out_, runner_out_, l_.out_count * sizeof(float));
+      symm_copy_in_ = false;
+    }
     if (op_ == "allreduce") {
       ok(nexar_allreduce(c_, in_, out_, l_.count, NEXAR_DTYPE_F32, NEXAR_OP_SUM, nullptr, nullptr),
          "nexar_allreduce");
@@ -143,6 +151,9 @@ class NexarBackend {
   }
 
   void release() {
+    if (symm_in_) ok(nexar_mem_free(c_, symm_in_), "nexar_mem_free");
+    if (symm_out_) ok(nexar_mem_free(c_, symm_out_), "nexar_mem_free");
+    symm_in_ = symm_out_ = nullptr;
     nexar_compressor_destroy(compressor_);
     compressor_ = nullptr;
     tensors_.clear();
@@ -176,6 +187,21 @@ class NexarBackend {
     }
   }
 
+  // nexar-symm: the row runs on buffers from nexar_mem_alloc, which the
+  // check's data is copied into on the first run.
+  void use_symmetric_buffers() {
+    void *in = nullptr, *out = nullptr;
+    ok(nexar_mem_alloc(c_, std::max<size_t>(l_.in_count, 1) * sizeof(float), &in),
+       "nexar_mem_alloc (input)");
+    ok(nexar_mem_alloc(c_, std::max<size_t>(l_.out_count, 1) * sizeof(float), &out),
+       "nexar_mem_alloc (output)");
+    runner_in_ = in_;
+    runner_out_ = out_;
+    in_ = symm_in_ = static_cast<float *>(in);
+    out_ = symm_out_ = static_cast<float *>(out);
+    symm_copy_in_ = true;
+  }
+
   // For the test of the driver's timeout (NEXAR_BENCH_TEST_STALL_SECS): rank
   // 0 hangs in its first timed iteration.
   void maybe_stall() {
@@ -193,6 +219,8 @@ class NexarBackend {
   std::string op_;
   benchm::Layout l_;
   float *in_ = nullptr, *out_ = nullptr;
+  bool symm_ = false, symm_copy_in_ = false;
+  float *symm_in_ = nullptr, *symm_out_ = nullptr, *runner_in_ = nullptr, *runner_out_ = nullptr;
   // Gradient rows (bench_gradients.h).
   std::vector<size_t> counts_;
   std::vector<nexar_tensor_t> tensors_;

@@ -51,7 +51,8 @@ void usage(FILE *f) {
           "              reduce_scatter = input per rank, alltoall = send buffer per rank,\n"
           "              pingpong/stream = one message\n"
           "  --iters/--warmup  timed and warm-up iterations (default: by size)\n"
-          "  --compare   nexar-quic (nexar with NEXAR_SHM=off: no shared memory), nexar-spin\n"
+          "  --compare   nexar-quic (nexar with NEXAR_SHM=off: no shared memory), nexar-symm\n"
+          "              (nexar with buffers from nexar_mem_alloc), nexar-spin\n"
           "              (nexar with NEXAR_SPIN_US=$NEXAR_BENCH_SPIN_US, default\n"
           "              100), nexar-bound (nexar with its ranks bound to cores, the others\n"
           "              not), openmpi (TCP), openmpi-shm (vader), gloo (ring), gloo-hd\n"
@@ -160,7 +161,8 @@ int main(int argc, char **argv) {
       for (const std::string &l : split(v)) {
         if (!contains(nexar_bench::all_peer_libs(), l))
           bad("unknown --compare library '" + l +
-              "' (nexar-quic, nexar-spin, nexar-bound, openmpi, openmpi-shm, gloo, gloo-hd)");
+              "' (nexar-quic, nexar-symm, nexar-spin, nexar-bound, openmpi, openmpi-shm, gloo, "
+              "gloo-hd)");
         if (!contains(o.compare, l)) o.compare.push_back(l);
       }
     } else if (a == "--json")

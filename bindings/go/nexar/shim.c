@@ -173,6 +173,14 @@ nexar_status_t gx_stats(nexar_comm_t *c, nexar_stats_t *stats, gx_err *err) {
   return fail(nexar_comm_get_stats(c, stats), err);
 }
 
+nexar_status_t gx_mem_alloc(nexar_comm_t *c, size_t bytes, void **out, gx_err *err) {
+  return fail(nexar_mem_alloc(c, bytes, out), err);
+}
+
+nexar_status_t gx_mem_free(nexar_comm_t *c, void *ptr, gx_err *err) {
+  return fail(nexar_mem_free(c, ptr), err);
+}
+
 nexar_status_t gx_get_failed(nexar_comm_t *c, uint32_t *ranks, uint32_t cap, uint32_t *count,
                              gx_err *err) {
   return fail(nexar_comm_get_failed(c, ranks, cap, count), err);

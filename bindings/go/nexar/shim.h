@@ -89,6 +89,9 @@ nexar_status_t gx_seed_start(nexar_seed_t **out, const nexar_seed_options_t *opt
 nexar_status_t gx_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms, int32_t *ended, gx_err *err);
 nexar_status_t gx_abort(nexar_comm_t *comm, gx_err *err);
 nexar_status_t gx_stats(nexar_comm_t *comm, nexar_stats_t *stats, gx_err *err);
+/* nexar_mem_alloc / nexar_mem_free (symmetric.go). */
+nexar_status_t gx_mem_alloc(nexar_comm_t *comm, size_t bytes, void **out, gx_err *err);
+nexar_status_t gx_mem_free(nexar_comm_t *comm, void *ptr, gx_err *err);
 
 /* nexar_flight_recorder_dump; path NULL: into NEXAR_FR_DUMP_DIR. */
 nexar_status_t gx_flight_recorder_dump(nexar_comm_t *comm, const char *path, gx_err *err);

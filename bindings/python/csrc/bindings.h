@@ -17,5 +17,6 @@ void bind_faults(py::class_<Communicator> &cls);
 void bind_creation(py::module_ &m);
 void bind_seed(py::module_ &m);
 void bind_gradients(py::module_ &m, py::class_<Communicator> &cls);
+void bind_symmetric(py::class_<Communicator> &cls);
 
 }  // namespace nexar_py

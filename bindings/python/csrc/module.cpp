@@ -105,6 +105,7 @@ returns a Request.)doc");
   bind_rpc(comm);
   bind_faults(comm);
   bind_gradients(m, comm);
+  bind_symmetric(comm);
 
   bind_creation(m);
   bind_seed(m);

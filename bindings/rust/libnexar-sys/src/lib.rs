@@ -500,6 +500,12 @@ extern "C" {
         comm: *mut nexar_comm_t,
         path: *const c_char,
     ) -> nexar_status_t;
+    pub fn nexar_mem_alloc(
+        comm: *mut nexar_comm_t,
+        bytes: usize,
+        out: *mut *mut c_void,
+    ) -> nexar_status_t;
+    pub fn nexar_mem_free(comm: *mut nexar_comm_t, ptr: *mut c_void) -> nexar_status_t;
 
     pub fn nexar_comm_get_failed(
         comm: *mut nexar_comm_t,

@@ -59,7 +59,7 @@ mod rpc;
 mod seed;
 mod types;
 
-pub use comm::{CompressKind, Communicator, Compressor, Stats};
+pub use comm::{CompressKind, Communicator, Compressor, Stats, SymmetricBuffer};
 pub use error::{last_error_message, Error, Result, ReturnedBuffer, Status};
 pub use float16::{Bf16, F16};
 pub use libnexar_sys as sys;

@@ -20,9 +20,11 @@ mod lifecycle;
 mod p2p;
 mod rpc;
 mod stats;
+mod symmetric;
 
 pub use gradients::{CompressKind, Compressor};
 pub use stats::Stats;
+pub use symmetric::SymmetricBuffer;
 
 /// One rank's view of a group of processes (`nexar_comm_t`).
 ///
