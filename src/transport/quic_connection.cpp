@@ -474,6 +474,8 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
                                   ? "the peer at " + from.to_string()
                                   : format("rank %u", expected_peer_rank_);
       close_cause_ = CloseCause::PeerClosed;
+      if (ccerr.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION)
+        peer_close_code_ = ccerr.error_code;
       fail(error(NEXAR_ERR_PEER_FAILED, who + " closed the connection" + code,
                  static_cast<int32_t>(expected_peer_rank_)));
       return false;
@@ -617,10 +619,13 @@ bool QuicConnection::handle_expiry(uint64_t now) {
   if (rc == 0) return true;
   if (rc == NGTCP2_ERR_IDLE_CLOSE) {
     close_cause_ = CloseCause::IdleTimeout;
-    fail(error(NEXAR_ERR_PEER_FAILED,
-               format("no packets from rank %u for %.1f s (idle timeout)", expected_peer_rank_,
-                      static_cast<double>(ep_->idle_timeout_ns()) / 1e9),
-               static_cast<int32_t>(expected_peer_rank_)));
+    // Not silently: a peer that was frozen, not dead, learns on waking that
+    // it was declared failed.
+    close(kDeclaredFailedCloseCode,
+          error(NEXAR_ERR_PEER_FAILED,
+                format("no packets from rank %u for %.1f s (idle timeout)", expected_peer_rank_,
+                       static_cast<double>(idle_timeout_ns()) / 1e9),
+                static_cast<int32_t>(expected_peer_rank_)));
   } else if (rc == NGTCP2_ERR_HANDSHAKE_TIMEOUT) {
     fail(error(NEXAR_ERR_TIMEOUT,
                format("QUIC handshake with %s did not finish in time", remote_.to_string().c_str()),
@@ -629,6 +634,15 @@ bool QuicConnection::handle_expiry(uint64_t now) {
     fail(from_ngtcp2("ngtcp2_conn_handle_expiry", rc));
   }
   return false;
+}
+
+uint64_t QuicConnection::idle_timeout_ns() const {
+  const uint64_t local = ep_->idle_timeout_ns();
+  const ngtcp2_transport_params *remote =
+      conn_ ? ngtcp2_conn_get_remote_transport_params(conn_) : nullptr;
+  if (!remote || remote->max_idle_timeout == 0) return local;
+  if (local == 0) return remote->max_idle_timeout;
+  return std::min(local, remote->max_idle_timeout);
 }
 
 void QuicConnection::fail(const Status &why) {
