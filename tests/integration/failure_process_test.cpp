@@ -72,6 +72,22 @@ struct Job {
 const Proc::Env kFastHeartbeat{{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
                                {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}};
 
+// SIGSTOP of rank 1 until the others named it, shrank and went on; then
+// SIGCONT: its pending allreduce fails with NEXAR_ERR_EXCLUDED (it blames
+// nobody) and it exits.
+void freeze_rank_1_until_the_others_recovered(Job &job) {
+  ASSERT_TRUE(job.running()) << dump_all(job.all);
+  job.ranks[1]->signal(SIGSTOP);
+  for (int r : {0, 2, 3})
+    job.expect_recovered(r, 1, r == 0 ? 0 : r - 1, 3);
+  job.ranks[1]->signal(SIGCONT);
+  Proc &woken = *job.ranks[1];
+  ASSERT_TRUE(woken.wait(60)) << woken.dump();
+  EXPECT_EQ(woken.code(), 5) << woken.dump();
+  EXPECT_TRUE(contains(woken.out(), "EXCLUDED rank=1 allreduce")) << woken.dump();
+  EXPECT_FALSE(contains(woken.out(), "FAILED rank=1")) << woken.dump();
+}
+
 // One agreement as a failure worker in agree mode reports it.
 struct AgreeLine {
   uint64_t round = 0, flags = 0;
@@ -113,15 +129,7 @@ TEST(FailureProcesses, KilledRankIsNamedByEverySurvivorWhoShrinkAndGoOn) {
 
 TEST(FailureProcesses, FrozenRankIsExcludedWhenItWakes) {
   Job job(4, kFastHeartbeat);
-  ASSERT_TRUE(job.running()) << dump_all(job.all);
-  job.ranks[1]->signal(SIGSTOP);
-  for (int r : {0, 2, 3})
-    job.expect_recovered(r, 1, r == 0 ? 0 : r - 1, 3);
-  job.ranks[1]->signal(SIGCONT);
-  Proc &woken = *job.ranks[1];
-  ASSERT_TRUE(woken.wait(60)) << woken.dump();
-  EXPECT_EQ(woken.code(), 5) << woken.dump();
-  EXPECT_TRUE(contains(woken.out(), "EXCLUDED rank=1")) << woken.dump();
+  freeze_rank_1_until_the_others_recovered(job);
 }
 
 // The frozen rank's own heartbeat timeout is 60 s: it wakes long before its
@@ -133,16 +141,7 @@ TEST(FailureProcesses, FrozenRankWokenBeforeItsOwnTimeoutIsExcluded) {
            {1, {{"NEXAR_HEARTBEAT_TIMEOUT_SECS", "60"}}},
            {2, {{"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}}},
            {3, {{"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}}}});
-  ASSERT_TRUE(job.running()) << dump_all(job.all);
-  job.ranks[1]->signal(SIGSTOP);
-  for (int r : {0, 2, 3})
-    job.expect_recovered(r, 1, r == 0 ? 0 : r - 1, 3);
-  job.ranks[1]->signal(SIGCONT);
-  Proc &woken = *job.ranks[1];
-  ASSERT_TRUE(woken.wait(60)) << woken.dump();
-  EXPECT_EQ(woken.code(), 5) << woken.dump();
-  EXPECT_TRUE(contains(woken.out(), "EXCLUDED rank=1 allreduce")) << woken.dump();
-  EXPECT_FALSE(contains(woken.out(), "FAILED rank=1")) << woken.dump();
+  freeze_rank_1_until_the_others_recovered(job);
 }
 
 TEST(FailureProcesses, AbortAndDestroyWithAFrozenPeerReturn) {
