@@ -11,6 +11,8 @@
 #                every other rank's NEXAR_ERR_REVOKED
 #   shrink       shrink at each survivor (3 of 4 after a kill, all 4 after a
 #                revoke): from the call to its return
+#   bulk         10 allreduces of 64 MiB over QUIC (NEXAR_SHM=off) with a
+#                heartbeat timeout of 2 s: no rank may be declared failed
 # Heartbeats: interval 1 s, timeout $HB_TIMEOUT (default 3) s.
 #   scripts/failure-figures.sh [repeats (default 3)]
 set -euo pipefail
@@ -61,8 +63,8 @@ def run_case(name, extra_env, victim, action):
         outs = []
         for r in range(4):
             env = dict(os.environ, NEXAR_SEED=addr, NEXAR_CLUSTER_TOKEN=token, NEXAR_RANK=str(r),
-                       NEXAR_HEARTBEAT_INTERVAL_SECS="1", NEXAR_HEARTBEAT_TIMEOUT_SECS=hb_timeout,
-                       **extra_env)
+                       NEXAR_HEARTBEAT_INTERVAL_SECS="1", NEXAR_HEARTBEAT_TIMEOUT_SECS=hb_timeout)
+            env.update(extra_env)
             outs.append(os.path.join(d, f"rank{r}.out"))
             with open(outs[-1], "w") as o:
                 procs.append(subprocess.Popen([worker_bin], env=env, stdout=o,
@@ -73,7 +75,7 @@ def run_case(name, extra_env, victim, action):
         t0 = action(procs)
         for r, p in enumerate(procs):
             if r != victim:
-                p.wait(timeout=60)
+                p.wait(timeout=300)
         if victim is not None and procs[victim].poll() is None:
             procs[victim].send_signal(signal.SIGCONT)
             procs[victim].wait(timeout=60)
@@ -144,6 +146,16 @@ for kind in ("kill9", "revoke"):
         print(f"{'shrink(' + kind + ')':<12} {vals[len(vals) // 2] / 1000:9.1f} "
               f"{vals[-1] / 1000:9.1f}  ({len(vals)} shrinks, "
               f"{'3' if kind == 'kill9' else '4'} ranks)")
+# Heartbeats under bulk traffic: no false failure.
+bulk_env = {"NEXAR_SHM": "off", "NEXAR_HEARTBEAT_TIMEOUT_SECS": "2",
+            "FAILURE_WORKER_COUNT": str(8 << 20), "FAILURE_WORKER_ROUNDS": "10"}
+start = time.time()
+_, outs = run_case("bulk", bulk_env, None, lambda procs: None)
+done = sum(f"DONE rank={r} rounds=10" in outs[r] for r in range(4))
+print(f"bulk: 10 allreduces of 64 MiB over QUIC, heartbeat timeout 2 s: {done} of 4 ranks "
+      f"finished without a failure in {time.time() - start:.1f} s")
+if done != 4:
+    problems.append("bulk: " + " | ".join(o[-500:] for o in outs))
 for p in problems:
     print("PROBLEM:", p)
 sys.exit(1 if problems else 0)

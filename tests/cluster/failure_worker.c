@@ -24,6 +24,11 @@
  *
  *   AT rank=R event=failed|revoke|shrink-start|shrunk us=MICROSECONDS
  *
+ * FAILURE_WORKER_COUNT=N sets the u64 elements per allreduce; with
+ * FAILURE_WORKER_ROUNDS=N a rank that saw no failure in N allreduces prints
+ *
+ *   DONE rank=R rounds=N                 (exit 0)
+ *
  * With FAILURE_WORKER_MODE=agree it runs agreements back to back instead, so
  * that a kill lands inside one, and prints each outcome:
  *
@@ -42,9 +47,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { kCount = 1 << 16 }; /* 512 KiB of u64 per allreduce */
-
-static uint64_t in_buf[kCount], out_buf[kCount];
+/* u64 elements per allreduce: 512 KiB, or FAILURE_WORKER_COUNT. */
+static uint64_t count = 1 << 16;
+static uint64_t *in_buf, *out_buf;
 
 static void print_time(unsigned rank, const char *event) {
   struct timespec ts;
@@ -56,12 +61,12 @@ static void print_time(unsigned rank, const char *event) {
 /* One allreduce of rank + 1 + round + k; returns its status, checks the sum. */
 static nexar_status_t allreduce_round(nexar_comm_t *comm, uint64_t round) {
   const uint64_t n = nexar_comm_size(comm), me = nexar_comm_rank(comm);
-  for (uint64_t k = 0; k < kCount; ++k)
+  for (uint64_t k = 0; k < count; ++k)
     in_buf[k] = me + 1 + round + k;
   nexar_status_t s =
-      nexar_allreduce(comm, in_buf, out_buf, kCount, NEXAR_DTYPE_U64, NEXAR_OP_SUM, NULL, NULL);
+      nexar_allreduce(comm, in_buf, out_buf, count, NEXAR_DTYPE_U64, NEXAR_OP_SUM, NULL, NULL);
   if (s != NEXAR_OK) return s;
-  for (uint64_t k = 0; k < kCount; ++k)
+  for (uint64_t k = 0; k < count; ++k)
     if (out_buf[k] != n * (n + 1) / 2 + n * (round + k)) {
       printf("ERROR wrong-sum rank=%u round=%llu element=%llu\n", (unsigned)me,
              (unsigned long long)round, (unsigned long long)k);
@@ -129,6 +134,15 @@ static void *abort_when_file_exists(void *arg) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (getenv("FAILURE_WORKER_COUNT")) count = strtoull(getenv("FAILURE_WORKER_COUNT"), NULL, 10);
+  in_buf = malloc(count * sizeof *in_buf);
+  out_buf = malloc(count * sizeof *out_buf);
+  if (!in_buf || !out_buf || count == 0) {
+    printf("ERROR buffers of %llu elements\n", (unsigned long long)count);
+    return 4;
+  }
+  const char *rounds_env = getenv("FAILURE_WORKER_ROUNDS");
+  const uint64_t rounds = rounds_env ? strtoull(rounds_env, NULL, 10) : 0;
   nexar_comm_t *comm = NULL;
   nexar_status_t s = nexar_comm_init_from_env(&comm);
   if (s != NEXAR_OK) {
@@ -154,6 +168,11 @@ int main(void) {
     s = allreduce_round(comm, round);
     if (s != NEXAR_OK) break;
     if (round == 3) printf("RUNNING rank=%u\n", me);
+    if (rounds > 0 && round + 1 == rounds) {
+      printf("DONE rank=%u rounds=%llu\n", me, (unsigned long long)rounds);
+      nexar_comm_destroy(comm);
+      return 0;
+    }
     if (round > 1000000) {
       printf("ERROR no-failure rank=%u\n", me);
       return 4;
