@@ -166,8 +166,11 @@ TEST(FailureProcesses, AbortAndDestroyWithAFrozenPeerReturn) {
 // every survivor reports the same value and status for every round; the
 // first failure is reported once, uniformly, and after acknowledging it
 // the survivors agree among themselves.
-TEST(FailureProcesses, AgreementIsUniformWhenItsCoordinatorIsKilled) {
+namespace {
+
+void kill_the_coordinator_during_agreements(const Proc::Env &extra) {
   Proc::Env env = kFastHeartbeat;
+  env.insert(extra.begin(), extra.end());
   env["FAILURE_WORKER_MODE"] = "agree";
   Job job(4, env);
   ASSERT_TRUE(job.running()) << dump_all(job.all);
@@ -196,4 +199,17 @@ TEST(FailureProcesses, AgreementIsUniformWhenItsCoordinatorIsKilled) {
   }
   for (size_t i = failed_at + 1; i < rounds.size(); ++i)
     EXPECT_EQ(rounds[i].flags, agreed_bits(rounds[i].round, 1)) << "round " << i;
+}
+
+}  // namespace
+
+// Same host: the survivors know of the death at once (the same-host path).
+TEST(FailureProcesses, AgreementIsUniformWhenItsCoordinatorIsKilled) {
+  kill_the_coordinator_during_agreements({});
+}
+
+// Over QUIC only: the survivors wait inside the agreement for the heartbeat
+// timeout before the next coordinator takes over.
+TEST(FailureProcesses, AgreementIsUniformWhenItsCoordinatorIsKilledOverQuic) {
+  kill_the_coordinator_during_agreements({{"NEXAR_SHM", "off"}});
 }
