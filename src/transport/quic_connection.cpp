@@ -455,6 +455,7 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
   int rc = ngtcp2_conn_read_pkt(conn_, &path, &pi, data, len, ts);
   fast_.end_packet();
   if (rc == 0) {
+    last_rx_ns_ = ts;
     ep_->mark_dirty(this);
     arm_timer();
     return true;
@@ -592,7 +593,7 @@ size_t QuicConnection::datagram_size() const {
 
 void QuicConnection::arm_timer() {
   if (closed_ || !conn_) return;
-  const uint64_t expiry = ngtcp2_conn_get_expiry(conn_);
+  const uint64_t expiry = std::min(ngtcp2_conn_get_expiry(conn_), silence_deadline());
   if (expiry == UINT64_MAX) {
     ep_->loop()->stop_timer(&timer_);
     return;
@@ -614,8 +615,18 @@ void QuicConnection::on_expiry() {
   arm_timer();
 }
 
+uint64_t QuicConnection::silence_deadline() const {
+  if (!handshake_confirmed_ || last_rx_ns_ == 0 || ep_->keep_alive_ns() == 0) return UINT64_MAX;
+  const uint64_t idle = idle_timeout_ns();
+  if (idle == 0) return UINT64_MAX;
+  // Never under two keep-alive periods: a live peer's heartbeat always has
+  // the time to arrive.
+  return last_rx_ns_ + std::max(idle, 2 * ep_->keep_alive_ns());
+}
+
 bool QuicConnection::handle_expiry(uint64_t now) {
-  int rc = ngtcp2_conn_handle_expiry(conn_, now);
+  int rc =
+      now >= silence_deadline() ? NGTCP2_ERR_IDLE_CLOSE : ngtcp2_conn_handle_expiry(conn_, now);
   if (rc == 0) return true;
   if (rc == NGTCP2_ERR_IDLE_CLOSE) {
     close_cause_ = CloseCause::IdleTimeout;
