@@ -189,7 +189,7 @@ func TestFailureCallbackNamesTheAbortedRankOncePerSurvivor(t *testing.T) {
 	}
 }
 
-func TestFailureCallbackRemovedWithNilAndReleasedByClose(t *testing.T) {
+func TestFailureCallbackRemovedWithNilAndRefusedAfterClose(t *testing.T) {
 	comms := world(t, 3)
 	var removed, kept failureLog
 	if err := comms[0].SetFailureCallback(removed.recorder(0)); err != nil {
