@@ -149,13 +149,44 @@ bool Client::fail_peer(uint32_t world_rank, const Status &s) {
 }
 
 void Client::on_stalled(uint64_t gap_ms) {
-  const Status s = error(NEXAR_ERR_EXCLUDED,
-                         format("rank %u did not run for %llu ms (frozen?), longer than the "
-                                "heartbeat timeout: the other ranks declared it failed",
-                                id_.rank, static_cast<unsigned long long>(gap_ms)),
-                         static_cast<int32_t>(id_.rank));
+  exclude_self(
+      format("rank %u did not run for %llu ms (frozen?), longer than the heartbeat "
+             "timeout: the other ranks declared it failed",
+             id_.rank, static_cast<unsigned long long>(gap_ms)));
+}
+
+void Client::exclude_self(const std::string &why) {
+  if (excluded_) return;
+  excluded_ = true;
+  const Status s = error(NEXAR_ERR_EXCLUDED, why, static_cast<int32_t>(id_.rank));
   LOG_WARN("%s", s.message.c_str());
   comms_.excluded(s);
+}
+
+bool Client::lost_as_failed(const QuicConnection *c, std::string *why) {
+  const uint32_t peer = c->expected_peer_rank();
+  if (c->close_cause() == QuicConnection::CloseCause::PeerClosed) {
+    if (!c->closed_as_failed_by_peer()) return false;
+    *why = format(
+        "rank %u closed its connection to rank %u because the other ranks declared "
+        "rank %u failed",
+        peer, id_.rank, id_.rank);
+    return true;
+  }
+  if (c->close_cause() != QuicConnection::CloseCause::IdleTimeout) return false;
+  if (stall_.stalled()) return true;  // exclude_self ran already
+  // A freeze shorter than the heartbeat timeout can still have outlasted the
+  // peer's patience (the peer last heard of this rank before the freeze).
+  // When most of the silence fell while this engine stood still, the
+  // silence was this rank's, not the peer's.
+  const uint64_t idle = c->idle_timeout_ns();
+  const uint64_t still = stall_.still_within(idle);
+  if (still * 2 < idle) return false;
+  *why = format(
+      "rank %u did not run for %.1f s of the %.1f s in which it heard nothing from "
+      "rank %u (frozen?): the other ranks declared it failed",
+      id_.rank, static_cast<double>(still) / 1e9, static_cast<double>(idle) / 1e9, peer);
+  return true;
 }
 
 void Client::unregister_comm(Communicator *c) {
@@ -202,10 +233,12 @@ void Client::connection_closed(QuicConnection *c, const Status &why) {
     if (s.failed_rank < 0) s.failed_rank = static_cast<int32_t>(r);
     const bool was_ready = p.detach();
     if (shut_down_) continue;
-    // Silence on every side after this process was frozen: the peers
-    // declared it failed, not the other way round.
-    const bool excluded =
-        c->close_cause() == QuicConnection::CloseCause::IdleTimeout && stall_.stalled();
+    // Silence on every side after this process was frozen, or a peer that
+    // says so: the peers declared it failed, not the other way round. First,
+    // so that its pending operations fail as excluded, not as a lost peer.
+    std::string excluded_why;
+    const bool excluded = lost_as_failed(c, &excluded_why);
+    if (excluded && !excluded_why.empty()) exclude_self(excluded_why);
     if (was_ready && c->close_cause() == QuicConnection::CloseCause::PeerClosed)
       LOG_INFO("rank %u left: %s", r, s.message.c_str());
     else if (was_ready)

@@ -147,6 +147,11 @@ class Client {
   StallWatch stall_{loop_, cfg_.heartbeat_interval_ms, cfg_.heartbeat_timeout_ms,
                     [this](uint64_t gap_ms) { on_stalled(gap_ms); }};
   void on_stalled(uint64_t gap_ms);
+  // Whether losing c means the other ranks declared this process failed.
+  bool lost_as_failed(const QuicConnection *c, std::string *why);
+  // Ends every communicator of this process with NEXAR_ERR_EXCLUDED (once).
+  void exclude_self(const std::string &why);
+  bool excluded_ = false;   // loop thread
   bool shut_down_ = false;  // loop thread
   bool stopped_ = false;    // owner thread
 };

@@ -106,7 +106,9 @@ void Communicator::on_release_timer(struct ev_loop *, ev_timer *w, int) {
                      r, static_cast<unsigned long long>(self->release_grace_ms()), self->rank_),
               static_cast<int32_t>(world));
     LOG_WARN("%s: connection closed", why.message.c_str());
-    c->close(kDeclaredFailedCloseCode, why);
+    // Not kDeclaredFailedCloseCode: only this rank gave up on it, not the
+    // other members, so it must not exclude itself from everything.
+    c->close(1, why);
   }
 }
 

@@ -9,14 +9,11 @@
 
 #include "core/status.h"
 #include "transport/codec.h"
+#include "transport/quic_connection.h"  // kDeclaredFailedCloseCode
 
 namespace nexar {
 
 class Client;
-
-// QUIC application error code of a connection closed because the other
-// ranks declared its peer failed.
-constexpr uint64_t kDeclaredFailedCloseCode = 0x4e58464c;  // "NXFL"
 
 // Tells every other rank that world_rank failed, and why.
 void announce_failure(Client &client, uint32_t world_rank, const Status &why);

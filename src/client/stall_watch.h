@@ -29,6 +29,10 @@ class StallWatch {
   // Whether the engine stalled (checked also before a peer that fell silent
   // is declared failed: after a freeze, its timers may run before ours).
   bool stalled();
+  // How long, beyond one tick period, the engine stood still within the
+  // last window_ns (the stretch in progress or the last long one): when a
+  // peer's silence fell mostly inside such a stretch, the silence was ours.
+  uint64_t still_within(uint64_t window_ns) const;
 
  private:
   static void on_timer(struct ev_loop *, ev_timer *w, int);
@@ -40,6 +44,7 @@ class StallWatch {
   bool started_ = false;
   bool fired_ = false;
   uint64_t last_ns_ = 0;
+  uint64_t long_gap_start_ns_ = 0, long_gap_end_ns_ = 0;  // the last gap over two periods
 };
 
 }  // namespace nexar

@@ -455,6 +455,7 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
   int rc = ngtcp2_conn_read_pkt(conn_, &path, &pi, data, len, ts);
   fast_.end_packet();
   if (rc == 0) {
+    last_rx_ns_ = ts;
     ep_->mark_dirty(this);
     arm_timer();
     return true;
@@ -474,6 +475,8 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
                                   ? "the peer at " + from.to_string()
                                   : format("rank %u", expected_peer_rank_);
       close_cause_ = CloseCause::PeerClosed;
+      if (ccerr.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION)
+        peer_close_code_ = ccerr.error_code;
       fail(error(NEXAR_ERR_PEER_FAILED, who + " closed the connection" + code,
                  static_cast<int32_t>(expected_peer_rank_)));
       return false;
@@ -590,7 +593,7 @@ size_t QuicConnection::datagram_size() const {
 
 void QuicConnection::arm_timer() {
   if (closed_ || !conn_) return;
-  const uint64_t expiry = ngtcp2_conn_get_expiry(conn_);
+  const uint64_t expiry = std::min(ngtcp2_conn_get_expiry(conn_), silence_deadline());
   if (expiry == UINT64_MAX) {
     ep_->loop()->stop_timer(&timer_);
     return;
@@ -612,15 +615,28 @@ void QuicConnection::on_expiry() {
   arm_timer();
 }
 
+uint64_t QuicConnection::silence_deadline() const {
+  if (!handshake_confirmed_ || last_rx_ns_ == 0 || ep_->keep_alive_ns() == 0) return UINT64_MAX;
+  const uint64_t idle = idle_timeout_ns();
+  if (idle == 0) return UINT64_MAX;
+  // Never under two keep-alive periods: a live peer's heartbeat always has
+  // the time to arrive.
+  return last_rx_ns_ + std::max(idle, 2 * ep_->keep_alive_ns());
+}
+
 bool QuicConnection::handle_expiry(uint64_t now) {
-  int rc = ngtcp2_conn_handle_expiry(conn_, now);
+  int rc =
+      now >= silence_deadline() ? NGTCP2_ERR_IDLE_CLOSE : ngtcp2_conn_handle_expiry(conn_, now);
   if (rc == 0) return true;
   if (rc == NGTCP2_ERR_IDLE_CLOSE) {
     close_cause_ = CloseCause::IdleTimeout;
-    fail(error(NEXAR_ERR_PEER_FAILED,
-               format("no packets from rank %u for %.1f s (idle timeout)", expected_peer_rank_,
-                      static_cast<double>(ep_->idle_timeout_ns()) / 1e9),
-               static_cast<int32_t>(expected_peer_rank_)));
+    // Not silently: a peer that was frozen, not dead, learns on waking that
+    // it was declared failed.
+    close(kDeclaredFailedCloseCode,
+          error(NEXAR_ERR_PEER_FAILED,
+                format("no packets from rank %u for %.1f s (idle timeout)", expected_peer_rank_,
+                       static_cast<double>(idle_timeout_ns()) / 1e9),
+                static_cast<int32_t>(expected_peer_rank_)));
   } else if (rc == NGTCP2_ERR_HANDSHAKE_TIMEOUT) {
     fail(error(NEXAR_ERR_TIMEOUT,
                format("QUIC handshake with %s did not finish in time", remote_.to_string().c_str()),
@@ -629,6 +645,15 @@ bool QuicConnection::handle_expiry(uint64_t now) {
     fail(from_ngtcp2("ngtcp2_conn_handle_expiry", rc));
   }
   return false;
+}
+
+uint64_t QuicConnection::idle_timeout_ns() const {
+  const uint64_t local = ep_->idle_timeout_ns();
+  const ngtcp2_transport_params *remote =
+      conn_ ? ngtcp2_conn_get_remote_transport_params(conn_) : nullptr;
+  if (!remote || remote->max_idle_timeout == 0) return local;
+  if (local == 0) return remote->max_idle_timeout;
+  return std::min(local, remote->max_idle_timeout);
 }
 
 void QuicConnection::fail(const Status &why) {

@@ -38,6 +38,11 @@ namespace nexar {
 class QuicEndpoint;
 class QuicConnection;
 
+// The QUIC application error code of a CONNECTION_CLOSE that tells the peer
+// it was declared failed: silent past the idle timeout here, or so decided
+// by the ranks above. A peer that was only frozen reads it when it wakes.
+constexpr uint64_t kDeclaredFailedCloseCode = 0x4e58464c;  // "NXFL"
+
 // Events from a connection to its owner (the engine).
 class ConnectionHandler {
  public:
@@ -106,6 +111,18 @@ class QuicConnection {
     Error,        // a transport or TLS error here
   };
   CloseCause close_cause() const { return close_cause_; }
+  // Whether the peer closed the connection with kDeclaredFailedCloseCode:
+  // it (or the ranks it heard from) declared this process failed.
+  bool closed_as_failed_by_peer() const { return peer_close_code_ == kDeclaredFailedCloseCode; }
+  // The idle timeout in force: the smaller of the two sides' (QUIC takes the
+  // minimum of both transport parameters).
+  uint64_t idle_timeout_ns() const;
+  // When the peer counts as silent past the idle timeout (UINT64_MAX: not
+  // watched). ngtcp2 restarts its idle timer on the first ack-eliciting
+  // packet sent after a receipt (RFC 9000, 10.1), which finds a peer that
+  // froze while this side had nothing to send up to one keep-alive period
+  // late; with keep-alives flowing, the last packet received is the measure.
+  uint64_t silence_deadline() const;
   // Whether the connection is on its endpoint's list of connections to write
   // before the loop sleeps (QuicEndpoint::mark_dirty).
   bool write_queued() const { return write_queued_; }
@@ -189,6 +206,8 @@ class QuicConnection {
   bool timer_armed_due_ = false;  // for TransportStats::timers_fired_due
   bool closed_ = false;
   CloseCause close_cause_ = CloseCause::Open;
+  uint64_t last_rx_ns_ = 0;       // when the last packet was read
+  uint64_t peer_close_code_ = 0;  // the application error code of the peer's close
   bool write_queued_ = false;
   bool streams_open_ = false;
   bool identity_checked_ = false;

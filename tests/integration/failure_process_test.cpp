@@ -11,6 +11,9 @@
 #include <nexar.h>
 #include <signal.h>
 
+#include <cstdio>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,7 +30,8 @@ struct Job {
   std::vector<std::unique_ptr<Proc>> ranks;
   std::vector<Proc *> all;
 
-  Job(int n, const Proc::Env &extra) {
+  // per_rank[r] (when given) overrides the environment of rank r.
+  Job(int n, const Proc::Env &extra, const std::map<int, Proc::Env> &per_rank = {}) {
     std::string addr;
     seed = start_seed(dir, "seed",
                       {"--world-size", std::to_string(n), "--token-file", write_token(dir)}, &addr);
@@ -35,6 +39,8 @@ struct Job {
     for (int r = 0; r < n; ++r) {
       Proc::Env env{
           {"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}, {"NEXAR_RANK", std::to_string(r)}};
+      if (auto own = per_rank.find(r); own != per_rank.end())
+        env.insert(own->second.begin(), own->second.end());
       env.insert(extra.begin(), extra.end());
       ranks.push_back(std::make_unique<Proc>(dir, "rank" + std::to_string(r),
                                              std::vector<std::string>{NEXAR_FAILURE_WORKER_BIN},
@@ -66,6 +72,51 @@ struct Job {
 const Proc::Env kFastHeartbeat{{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
                                {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}};
 
+// SIGSTOP of rank 1 until the others named it, shrank and went on; then
+// SIGCONT: its pending allreduce fails with NEXAR_ERR_EXCLUDED (it blames
+// nobody) and it exits.
+void freeze_rank_1_until_the_others_recovered(Job &job) {
+  ASSERT_TRUE(job.running()) << dump_all(job.all);
+  job.ranks[1]->signal(SIGSTOP);
+  for (int r : {0, 2, 3})
+    job.expect_recovered(r, 1, r == 0 ? 0 : r - 1, 3);
+  job.ranks[1]->signal(SIGCONT);
+  Proc &woken = *job.ranks[1];
+  ASSERT_TRUE(woken.wait(60)) << woken.dump();
+  EXPECT_EQ(woken.code(), 5) << woken.dump();
+  EXPECT_TRUE(contains(woken.out(), "EXCLUDED rank=1 allreduce")) << woken.dump();
+  EXPECT_FALSE(contains(woken.out(), "FAILED rank=1")) << woken.dump();
+}
+
+// One agreement as a failure worker in agree mode reports it.
+struct AgreeLine {
+  uint64_t round = 0, flags = 0;
+  int status = 0;
+  bool operator==(const AgreeLine &) const = default;
+};
+
+std::vector<AgreeLine> agree_lines(const std::string &out) {
+  std::vector<AgreeLine> lines;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    unsigned long long round = 0, flags = 0;
+    int status = 0;
+    if (sscanf(line.c_str(), "AGREE round=%llu flags=%llx status=%d", &round, &flags, &status) == 3)
+      lines.push_back({round, flags, status});
+  }
+  return lines;
+}
+
+// The AND of the bits that ranks `from`..3 contribute in `round`
+// (tests/cluster/failure_worker.c).
+uint64_t agreed_bits(uint64_t round, unsigned from) {
+  uint64_t v = ~0ull;
+  for (unsigned r = from; r < 4; ++r)
+    v &= ~(1ull << ((round + r) % 64));
+  return v;
+}
+
 }  // namespace
 
 TEST(FailureProcesses, KilledRankIsNamedByEverySurvivorWhoShrinkAndGoOn) {
@@ -78,15 +129,19 @@ TEST(FailureProcesses, KilledRankIsNamedByEverySurvivorWhoShrinkAndGoOn) {
 
 TEST(FailureProcesses, FrozenRankIsExcludedWhenItWakes) {
   Job job(4, kFastHeartbeat);
-  ASSERT_TRUE(job.running()) << dump_all(job.all);
-  job.ranks[1]->signal(SIGSTOP);
-  for (int r : {0, 2, 3})
-    job.expect_recovered(r, 1, r == 0 ? 0 : r - 1, 3);
-  job.ranks[1]->signal(SIGCONT);
-  Proc &woken = *job.ranks[1];
-  ASSERT_TRUE(woken.wait(60)) << woken.dump();
-  EXPECT_EQ(woken.code(), 5) << woken.dump();
-  EXPECT_TRUE(contains(woken.out(), "EXCLUDED rank=1")) << woken.dump();
+  freeze_rank_1_until_the_others_recovered(job);
+}
+
+// The frozen rank's own heartbeat timeout is 60 s: it wakes long before its
+// own limit, yet after the others (3 s) declared it failed. It must not
+// blame one of them: its pending allreduce fails with NEXAR_ERR_EXCLUDED.
+TEST(FailureProcesses, FrozenRankWokenBeforeItsOwnTimeoutIsExcluded) {
+  Job job(4, {{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"}},
+          {{0, {{"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}}},
+           {1, {{"NEXAR_HEARTBEAT_TIMEOUT_SECS", "60"}}},
+           {2, {{"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}}},
+           {3, {{"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}}}});
+  freeze_rank_1_until_the_others_recovered(job);
 }
 
 TEST(FailureProcesses, AbortAndDestroyWithAFrozenPeerReturn) {
@@ -104,4 +159,57 @@ TEST(FailureProcesses, AbortAndDestroyWithAFrozenPeerReturn) {
   EXPECT_EQ(r0.code(), 0) << r0.dump();
   EXPECT_TRUE(contains(r0.out(), "DESTROYED rank=0")) << r0.dump();
   job.ranks[1]->signal(SIGCONT);
+}
+
+// kill -9 of the agreement's coordinator (rank 0, the lowest live rank)
+// while the ranks run agreements back to back, so that it dies inside one:
+// every survivor reports the same value and status for every round; the
+// first failure is reported once, uniformly, and after acknowledging it
+// the survivors agree among themselves.
+namespace {
+
+void kill_the_coordinator_during_agreements(const Proc::Env &extra) {
+  Proc::Env env = kFastHeartbeat;
+  env.insert(extra.begin(), extra.end());
+  env["FAILURE_WORKER_MODE"] = "agree";
+  Job job(4, env);
+  ASSERT_TRUE(job.running()) << dump_all(job.all);
+  job.ranks[0]->signal(SIGKILL);
+  std::vector<std::vector<AgreeLine>> seen;
+  for (int r : {1, 2, 3}) {
+    Proc &p = *job.ranks[r];
+    ASSERT_TRUE(p.wait(60)) << dump_all(job.all);
+    ASSERT_EQ(p.code(), 0) << p.dump();
+    EXPECT_TRUE(contains(p.out(), "AGREED rank=" + std::to_string(r))) << p.dump();
+    seen.push_back(agree_lines(p.out()));
+  }
+  EXPECT_EQ(seen[1], seen[0]);
+  EXPECT_EQ(seen[2], seen[0]);
+  const std::vector<AgreeLine> &rounds = seen[0];
+  ASSERT_GE(rounds.size(), 4u);
+  // OK up to the failure, one PEER_FAILED, then 3 more OK among survivors.
+  const size_t failed_at = rounds.size() - 4;
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    const AgreeLine &a = rounds[i];
+    EXPECT_EQ(a.round, i);
+    EXPECT_EQ(a.status, i == failed_at ? NEXAR_ERR_PEER_FAILED : NEXAR_OK) << "round " << i;
+    // With rank 0's vote or without it, never anything else.
+    EXPECT_TRUE(a.flags == agreed_bits(a.round, 0) || a.flags == agreed_bits(a.round, 1))
+        << "round " << i << " flags " << std::hex << a.flags;
+  }
+  for (size_t i = failed_at + 1; i < rounds.size(); ++i)
+    EXPECT_EQ(rounds[i].flags, agreed_bits(rounds[i].round, 1)) << "round " << i;
+}
+
+}  // namespace
+
+// Same host: the survivors know of the death at once (the same-host path).
+TEST(FailureProcesses, AgreementIsUniformWhenItsCoordinatorIsKilled) {
+  kill_the_coordinator_during_agreements({});
+}
+
+// Over QUIC only: the survivors wait inside the agreement for the heartbeat
+// timeout before the next coordinator takes over.
+TEST(FailureProcesses, AgreementIsUniformWhenItsCoordinatorIsKilledOverQuic) {
+  kill_the_coordinator_during_agreements({{"NEXAR_SHM", "off"}});
 }

@@ -43,6 +43,9 @@ type Comm struct {
 
 	rpcMu    sync.Mutex            // keeps nexar's handler registry and handlers in step
 	handlers map[uint32]cgo.Handle // the Handler that nexar calls for each fnID
+
+	failureMu sync.Mutex   // serializes SetFailureCallback
+	failure   *failureSlot // what nexar's failure callback calls (nil until set)
 }
 
 // finalizerCloses counts the communicators the garbage collector closed (for
@@ -157,6 +160,7 @@ func (c *Comm) Close() error {
 		delete(c.handlers, id)
 	}
 	c.rpcMu.Unlock()
+	c.releaseFailureSlot()
 
 	c.mu.Lock()
 	c.closed = true

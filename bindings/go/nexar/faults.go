@@ -3,7 +3,12 @@ package nexar
 // #include "shim.h"
 import "C"
 
-import "unsafe"
+import (
+	"log"
+	"runtime/cgo"
+	"sync/atomic"
+	"unsafe"
+)
 
 // Failures (docs/failures.md): a member that dies, freezes past the heartbeat
 // timeout, aborts or closes its communicator is a failed member; every
@@ -98,4 +103,69 @@ func (c *Comm) Shrink() (*Comm, error) {
 		return nil, err
 	}
 	return newComm(out), nil
+}
+
+// FailureFunc is told of one failed member: its rank and the cause
+// (ErrPeerFailed: it died, froze or left; ErrAborted: it aborted).
+type FailureFunc func(rank int, cause Status)
+
+// failureSlot is what nexar's failure callback reaches through one
+// cgo.Handle for the life of the handle: replacing the function only swaps
+// fn, so a call already running never finds its handle deleted.
+type failureSlot struct {
+	handle cgo.Handle
+	fn     atomic.Pointer[FailureFunc]
+}
+
+// SetFailureCallback calls fn once per failed member
+// (nexar_comm_set_failure_callback), on nexar's completion thread, never on
+// the I/O thread; nil removes it. Calling again replaces it: a call of the
+// old function already running may still finish after SetFailureCallback
+// returns. fn must return promptly and must not wait for a nexar operation;
+// a panic in it is recovered and logged. Close releases it.
+func (c *Comm) SetFailureCallback(fn FailureFunc) error {
+	c.failureMu.Lock()
+	defer c.failureMu.Unlock()
+	return c.callC("set_failure_callback", func(h *C.nexar_comm_t, e *C.gx_err) C.nexar_status_t {
+		if fn == nil {
+			if c.failure != nil {
+				c.failure.fn.Store(nil)
+			}
+			return C.gx_set_failure_callback(h, 0, e)
+		}
+		if c.failure == nil {
+			c.failure = &failureSlot{}
+			c.failure.handle = cgo.NewHandle(c.failure)
+		}
+		c.failure.fn.Store(&fn)
+		return C.gx_set_failure_callback(h, C.uintptr_t(c.failure.handle), e)
+	})
+}
+
+// releaseFailureSlot deletes the slot's handle once the communicator is
+// destroyed (no failure callback runs after that).
+func (c *Comm) releaseFailureSlot() {
+	c.failureMu.Lock()
+	defer c.failureMu.Unlock()
+	if c.failure != nil {
+		c.failure.handle.Delete()
+		c.failure = nil
+	}
+}
+
+// goNexarFailure runs the Go failure callback for one failed rank, where the
+// communicator's callbacks run (through gx_failure in shim.c). Nothing may
+// unwind into C: a panic is logged.
+//
+//export goNexarFailure
+func goNexarFailure(handle C.uintptr_t, rank C.uint32_t, cause C.nexar_status_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			log.Printf("nexar: panic in the Go failure callback for rank %d: %v", uint32(rank), r)
+		}
+	}()
+	slot := cgo.Handle(handle).Value().(*failureSlot)
+	if fn := slot.fn.Load(); fn != nil {
+		(*fn)(int(rank), Status(cause))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -124,5 +125,102 @@ func TestAgreeAndShrinkAfterARankAborts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("survivor %d: allreduce after shrink: %v", i, err)
 		}
+	}
+}
+
+// failureEvent is one call of a failure callback: which survivor saw which
+// rank fail, and why.
+type failureEvent struct {
+	survivor, rank int
+	cause          nexar.Status
+}
+
+// failureLog collects failure callback calls from nexar's completion threads.
+type failureLog struct {
+	mu     sync.Mutex
+	events []failureEvent
+}
+
+func (l *failureLog) recorder(survivor int) nexar.FailureFunc {
+	return func(rank int, cause nexar.Status) {
+		l.mu.Lock()
+		l.events = append(l.events, failureEvent{survivor, rank, cause})
+		l.mu.Unlock()
+	}
+}
+
+func (l *failureLog) snapshot() []failureEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]failureEvent(nil), l.events...)
+}
+
+func TestFailureCallbackNamesTheAbortedRankOncePerSurvivor(t *testing.T) {
+	comms := world(t, 4)
+	var replaced, current failureLog
+	for i, c := range comms {
+		// The first callback is replaced before anything fails: only the
+		// second one may be called.
+		if err := c.SetFailureCallback(replaced.recorder(i)); err != nil {
+			t.Fatalf("rank %d: SetFailureCallback: %v", i, err)
+		}
+		if err := c.SetFailureCallback(current.recorder(i)); err != nil {
+			t.Fatalf("rank %d: SetFailureCallback again: %v", i, err)
+		}
+	}
+	if err := comms[3].Abort(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range comms[:3] {
+		waitFailed(t, c, []int{3})
+	}
+	want := []failureEvent{{0, 3, nexar.ErrAborted}, {1, 3, nexar.ErrAborted}, {2, 3, nexar.ErrAborted}}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(current.snapshot()) < len(want) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := current.snapshot()
+	sort.Slice(got, func(a, b int) bool { return got[a].survivor < got[b].survivor })
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("failure callbacks: %v, want %v", got, want)
+	}
+	if r := replaced.snapshot(); len(r) != 0 {
+		t.Fatalf("a replaced failure callback was called: %v", r)
+	}
+}
+
+func TestFailureCallbackRemovedWithNilAndRefusedAfterClose(t *testing.T) {
+	comms := world(t, 3)
+	var removed, kept failureLog
+	if err := comms[0].SetFailureCallback(removed.recorder(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := comms[0].SetFailureCallback(nil); err != nil {
+		t.Fatalf("SetFailureCallback(nil): %v", err)
+	}
+	if err := comms[1].SetFailureCallback(kept.recorder(1)); err != nil {
+		t.Fatal(err)
+	}
+	// A member that closes normally is a failed member ("left") for the others.
+	if err := comms[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFailed(t, comms[0], []int{2})
+	waitFailed(t, comms[1], []int{2})
+	deadline := time.Now().Add(30 * time.Second)
+	for len(kept.snapshot()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := kept.snapshot(); !reflect.DeepEqual(got, []failureEvent{{1, 2, nexar.ErrPeerFailed}}) {
+		t.Fatalf("kept callback: %v, want rank 2 failed with ErrPeerFailed", got)
+	}
+	if got := removed.snapshot(); len(got) != 0 {
+		t.Fatalf("a removed failure callback was called: %v", got)
+	}
+	if err := comms[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := comms[1].SetFailureCallback(kept.recorder(1)); !errors.Is(err, nexar.ErrClosed) {
+		t.Fatalf("SetFailureCallback after Close: %v, want ErrClosed", err)
 	}
 }

@@ -37,6 +37,16 @@ static nexar_status_t gx_serve(void *user_data, uint32_t src_rank, uint32_t fn_i
   return goNexarServe((uintptr_t)user_data, src_rank, fn_id, (void *)request, request_len, reply);
 }
 
+// Where the communicator's callbacks run: hands one failed rank to Go (faults.go).
+static void gx_failure(void *user_data, nexar_comm_t *c, uint32_t rank, nexar_status_t cause) {
+  (void)c;
+  goNexarFailure((uintptr_t)user_data, rank, cause);
+}
+
+nexar_status_t gx_set_failure_callback(nexar_comm_t *c, uintptr_t handle, gx_err *err) {
+  return fail(nexar_comm_set_failure_callback(c, handle ? gx_failure : NULL, (void *)handle), err);
+}
+
 // Any nexar thread, one call at a time: hands the line to Go (log.go). The
 // flag is per thread: Go code called from here runs on this thread.
 static __thread int in_log_callback;

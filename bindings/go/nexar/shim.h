@@ -80,6 +80,9 @@ nexar_status_t gx_ack_failed(nexar_comm_t *c, uint32_t n, uint32_t *acked, gx_er
 nexar_status_t gx_revoke(nexar_comm_t *c, gx_err *err);
 nexar_status_t gx_agree(nexar_comm_t *c, uint64_t *flags, gx_err *err);
 nexar_status_t gx_shrink(nexar_comm_t *c, nexar_comm_t **out, gx_err *err);
+/* handle == 0 removes the callback; otherwise nexar calls Go's goNexarFailure
+ * with handle (a runtime/cgo.Handle of the Comm's failure slot). */
+nexar_status_t gx_set_failure_callback(nexar_comm_t *c, uintptr_t handle, gx_err *err);
 nexar_status_t gx_join(nexar_comm_t **out, const nexar_comm_options_t *opts, gx_err *err);
 
 nexar_status_t gx_seed_options_init(nexar_seed_options_t *opts, gx_err *err);

@@ -51,6 +51,7 @@ mod macros;
 
 mod comm;
 mod error;
+mod failure;
 mod float16;
 mod log;
 mod options;

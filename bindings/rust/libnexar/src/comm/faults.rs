@@ -2,9 +2,13 @@
 //! shrink. These calls block.
 
 use super::Communicator;
-use crate::error::Result;
+use crate::error::{Result, Status};
+use crate::failure::{failure_trampoline, FailureFn};
+use crate::pending::lock;
 use libnexar_sys as sys;
+use std::os::raw::c_void;
 use std::ptr;
+use std::sync::Arc;
 
 impl Communicator {
     /// The ranks known to have failed, in the order they were learned (the
@@ -78,5 +82,48 @@ impl Communicator {
         let st = unsafe { sys::nexar_comm_shrink(self.as_raw(), &mut out, None, ptr::null_mut()) };
         self.check("shrink", st)?;
         Communicator::adopt("shrink", Some(self.rank), out)
+    }
+
+    /// Calls `f(rank, cause)` once per failed member
+    /// (`nexar_comm_set_failure_callback`), where the communicator's
+    /// callbacks run, never on the I/O thread. `cause` is
+    /// [`Status::PeerFailed`] (it died, froze or left) or [`Status::Aborted`].
+    /// Setting another replaces it: the old closure is dropped once no call of
+    /// it runs. `f` must return promptly and must not wait for a nexar
+    /// operation; a panic in it is written to stderr. Dropping the
+    /// communicator drops it.
+    pub fn set_failure_callback<F>(&self, f: F) -> Result<()>
+    where
+        F: Fn(u32, Status) + Send + Sync + 'static,
+    {
+        self.replace_failure_callback(Some(Arc::new(f)))
+    }
+
+    /// Removes the failure callback.
+    pub fn clear_failure_callback(&self) -> Result<()> {
+        self.replace_failure_callback(None)
+    }
+
+    fn replace_failure_callback(&self, f: Option<Arc<FailureFn>>) -> Result<()> {
+        let set = f.is_some();
+        // Held across the C call: concurrent setters leave nexar and the slot
+        // in step. The trampoline takes it only to clone the closure.
+        let mut slot = lock(&self.failure.f);
+        let old = std::mem::replace(&mut *slot, f);
+        let user_data = Arc::as_ptr(&self.failure) as *mut c_void;
+        // SAFETY: a live handle; user_data is this communicator's slot, which
+        // outlives the handle (dropped after nexar_comm_destroy).
+        let st = unsafe {
+            sys::nexar_comm_set_failure_callback(
+                self.as_raw(),
+                if set { Some(failure_trampoline) } else { None },
+                user_data,
+            )
+        };
+        if st != sys::NEXAR_OK {
+            *slot = old;
+        }
+        drop(slot);
+        self.check("set_failure_callback", st)
     }
 }

@@ -31,6 +31,7 @@ impl Communicator {
             rank,
             size,
             rpc: Mutex::new(Handlers::default()),
+            failure: Default::default(),
         }
     }
 

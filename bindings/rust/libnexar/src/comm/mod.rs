@@ -2,6 +2,7 @@
 //! one concern per module; this one holds the type, its Drop and the helpers
 //! the others share.
 
+use crate::failure::FailureSlot;
 use crate::pending::in_callback;
 use crate::rpc::Handlers;
 use libnexar_sys as sys;
@@ -9,7 +10,7 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::os::raw::c_void;
 use std::ptr::NonNull;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 mod checks;
 mod collectives;
@@ -48,6 +49,8 @@ pub struct Communicator {
     rank: u32,
     size: u32,
     rpc: Mutex<Handlers>,
+    /// The failure callback's slot (nexar's user_data once one is set).
+    failure: Arc<FailureSlot>,
 }
 
 // SAFETY: nexar's C ABI may be called from any thread, on one communicator
@@ -55,7 +58,8 @@ pub struct Communicator {
 // exception, nexar_comm_destroy racing other calls, cannot happen: it runs in
 // Drop, which has the communicator exclusively. Handlers are Send + Sync.
 unsafe impl Send for Communicator {}
-// SAFETY: as above; &self methods only make thread-safe C calls or lock `rpc`.
+// SAFETY: as above; &self methods only make thread-safe C calls or lock `rpc`
+// or the failure slot.
 unsafe impl Sync for Communicator {}
 
 fn void<T>(p: *const T) -> *const c_void {
@@ -87,6 +91,7 @@ impl Drop for Communicator {
             // unrun and the handlers, still registered, must not go with it
             // (the handle and they leak: better than a hang or a dangling call).
             let handlers = ManuallyDrop::new(handlers);
+            let failure = ManuallyDrop::new(Arc::clone(&self.failure));
             let spawned = std::thread::Builder::new()
                 .name("nexar-destroy".into())
                 .spawn(move || {
@@ -94,12 +99,14 @@ impl Drop for Communicator {
                     // SAFETY: the handle is exclusively ours (Drop), destroyed once.
                     unsafe { sys::nexar_comm_destroy(raw.0.as_ptr()) };
                     drop(ManuallyDrop::into_inner(handlers));
+                    drop(ManuallyDrop::into_inner(failure));
                 });
             drop(spawned);
         } else {
             // SAFETY: the handle is exclusively ours (Drop: no other call can
             // race it), destroyed once. Pending operations complete before it
-            // returns and no handler runs afterwards, so the handlers may go.
+            // returns and no handler runs afterwards, so the handlers (and
+            // the failure slot, a field) may go.
             unsafe { sys::nexar_comm_destroy(raw.0.as_ptr()) };
             drop(handlers);
         }

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Failure figures (docs/failures.md): how fast failures are known, on this
+# host. Each case starts a real nexar-seed and 4 failure workers
+# (tests/cluster/failure_worker.c: allreduces with checked results; on a
+# failure each survivor revokes, shrinks and goes on) and measures, by the
+# workers' wall clocks:
+#   kill9-shm    kill -9 of rank 2 -> every survivor's PEER_FAILED (same-host path)
+#   kill9-quic   the same with NEXAR_SHM=off (heartbeats over QUIC only)
+#   sigstop      SIGSTOP of rank 2 -> every survivor's PEER_FAILED
+#   revoke       rank 0 revokes while the others wait in an allreduce ->
+#                every other rank's NEXAR_ERR_REVOKED
+#   shrink       shrink at each survivor (3 of 4 after a kill, all 4 after a
+#                revoke): from the call to its return
+#   bulk         10 allreduces of 64 MiB over QUIC (NEXAR_SHM=off) with a
+#                heartbeat timeout of 2 s: no rank may be declared failed
+# Heartbeats: interval 1 s, timeout $HB_TIMEOUT (default 3) s.
+#   scripts/failure-figures.sh [repeats (default 3)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh python3
+[ -f build/build.ninja ] || scripts/build.sh build
+ninja -C build nexar-seed nexar-failure-worker >/dev/null
+python3 - "${1:-3}" "${HB_TIMEOUT:-3}" <<'PY'
+import os, re, signal, subprocess, sys, tempfile, time
+
+repeats, hb_timeout = int(sys.argv[1]), sys.argv[2]
+seed_bin = "build/tools/seed/nexar-seed"
+worker_bin = "build/tests/cluster/nexar-failure-worker"
+token = "failure-figures-token-0123456789abcdef"
+
+
+def wait_for(path, text, seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        if os.path.exists(path) and text in open(path, errors="replace").read():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def times(out, event):
+    """rank -> wall-clock microseconds of the worker's AT line for event."""
+    return {int(r): int(us) for r, us in re.findall(rf"AT rank=(\d+) event={event} us=(\d+)", out)}
+
+
+def run_case(name, extra_env, victim, action):
+    """Starts a seed and 4 workers, runs action(procs) once every worker
+    runs; returns (start microseconds of the event, outputs by rank)."""
+    d = tempfile.mkdtemp(prefix="nexar-figures-")
+    tok = os.path.join(d, "token")
+    with open(tok, "w") as f:
+        f.write(token + "\n")
+    os.chmod(tok, 0o600)
+    seed_out = os.path.join(d, "seed.out")
+    procs = []
+    with open(seed_out, "w") as so:
+        seed = subprocess.Popen([seed_bin, "--world-size", "4", "--token-file", tok],
+                                stdout=so, stderr=subprocess.STDOUT)
+    try:
+        if not wait_for(seed_out, "listening on ", 20):
+            raise SystemExit(f"{name}: the seed did not start")
+        addr = re.search(r"listening on (\S+)", open(seed_out).read())[1]
+        outs = []
+        for r in range(4):
+            env = dict(os.environ, NEXAR_SEED=addr, NEXAR_CLUSTER_TOKEN=token, NEXAR_RANK=str(r),
+                       NEXAR_HEARTBEAT_INTERVAL_SECS="1", NEXAR_HEARTBEAT_TIMEOUT_SECS=hb_timeout)
+            env.update(extra_env)
+            outs.append(os.path.join(d, f"rank{r}.out"))
+            with open(outs[-1], "w") as o:
+                procs.append(subprocess.Popen([worker_bin], env=env, stdout=o,
+                                              stderr=subprocess.STDOUT))
+        for r in range(4):
+            if not wait_for(outs[r], "RUNNING rank=", 60):
+                raise SystemExit(f"{name}: rank {r} did not start:\n" + open(outs[r]).read())
+        t0 = action(procs)
+        for r, p in enumerate(procs):
+            if r != victim:
+                p.wait(timeout=300)
+        if victim is not None and procs[victim].poll() is None:
+            procs[victim].send_signal(signal.SIGCONT)
+            procs[victim].wait(timeout=60)
+        return t0, [open(o, errors="replace").read() for o in outs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        seed.kill()
+        seed.wait()
+
+
+def now_us():
+    return time.time_ns() // 1000
+
+
+def signal_rank(sig):
+    def act(procs):
+        t = now_us()
+        procs[2].send_signal(sig)
+        return t
+    return act
+
+
+cases = [
+    ("kill9-shm", {}, 2, signal_rank(signal.SIGKILL)),
+    ("kill9-quic", {"NEXAR_SHM": "off"}, 2, signal_rank(signal.SIGKILL)),
+    ("sigstop", {}, 2, signal_rank(signal.SIGSTOP)),
+    ("revoke", {"FAILURE_WORKER_REVOKE_AFTER": "20"}, None, lambda procs: None),
+]
+rows = {}
+shrinks = []
+problems = []
+for rep in range(repeats):
+    for name, env, victim, action in cases:
+        t0, outs = run_case(name, env, victim, action)
+        survivors = [r for r in range(4) if r != victim]
+        if t0 is None:  # revoke: rank 0's own clock says when
+            t0 = times(outs[0], "revoke").get(0)
+            survivors = [1, 2, 3]
+        failed = {}
+        for r in survivors:
+            got = times(outs[r], "failed")
+            want = "status=-20" if victim is None else f"status=-5 failed_rank={victim}"
+            if r not in got or f"FAILED rank={r} {want}" not in outs[r]:
+                problems.append(f"{name}: rank {r} did not report {want}:\n{outs[r][-2000:]}")
+                continue
+            failed[r] = got[r]
+        if t0 is None or len(failed) != len(survivors):
+            continue
+        rows.setdefault(name, []).append(max(failed.values()) - t0)
+        for r in range(4):
+            start, end = times(outs[r], "shrink-start").get(r), times(outs[r], "shrunk").get(r)
+            if start and end and "SHRUNK" in outs[r]:
+                shrinks.append((name, end - start))
+
+print(f"heartbeat interval 1 s, timeout {hb_timeout} s; {repeats} run(s) per case; "
+      "times in ms until the last survivor knows")
+print(f"{'case':<12} {'median':>9} {'max':>9}  runs")
+for name, vals in rows.items():
+    vals = sorted(vals)
+    print(f"{name:<12} {vals[len(vals) // 2] / 1000:9.1f} {vals[-1] / 1000:9.1f}  "
+          + " ".join(f"{v / 1000:.1f}" for v in vals))
+for kind in ("kill9", "revoke"):
+    vals = sorted(v for n, v in shrinks if n.startswith(kind))
+    if vals:
+        print(f"{'shrink(' + kind + ')':<12} {vals[len(vals) // 2] / 1000:9.1f} "
+              f"{vals[-1] / 1000:9.1f}  ({len(vals)} shrinks, "
+              f"{'3' if kind == 'kill9' else '4'} ranks)")
+# Heartbeats under bulk traffic: no false failure.
+bulk_env = {"NEXAR_SHM": "off", "NEXAR_HEARTBEAT_TIMEOUT_SECS": "2",
+            "FAILURE_WORKER_COUNT": str(8 << 20), "FAILURE_WORKER_ROUNDS": "10"}
+start = time.time()
+_, outs = run_case("bulk", bulk_env, None, lambda procs: None)
+done = sum(f"DONE rank={r} rounds=10" in outs[r] for r in range(4))
+print(f"bulk: 10 allreduces of 64 MiB over QUIC, heartbeat timeout 2 s: {done} of 4 ranks "
+      f"finished without a failure in {time.time() - start:.1f} s")
+if done != 4:
+    problems.append("bulk: " + " | ".join(o[-500:] for o in outs))
+for p in problems:
+    print("PROBLEM:", p)
+sys.exit(1 if problems else 0)
+PY
