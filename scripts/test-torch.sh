@@ -11,10 +11,30 @@ venv="$PWD/build/torch-venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 # The binding from this checkout with its [torch] extra, as a user installs it
-# (pip rebuilds a local directory every time; its build directory is reused,
-# and torch is downloaded only when the environment lacks it).
+# ("./bindings/python[torch]"; torch is downloaded only when the environment
+# lacks it). The wheel scripts/test-python.sh built just before is reused
+# when nothing it is made of changed since (libnexar takes minutes to build).
 "${pip[@]}" pytest pytest-timeout
-"${pip[@]}" -C build-dir="$PWD/build/torch-wheel" "./bindings/python[torch]"
+tag="cp$("$venv/bin/python" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"
+wheel="$(ls build-python/wheels/nexar-*-"$tag"-*.whl 2>/dev/null | head -n1 || true)"
+if [ -n "$wheel" ] && [ -z "$(find bindings/python src include CMakeLists.txt -type f \
+       -newer "$wheel" -not -path '*/__pycache__/*' -not -path 'bindings/python/tests*' \
+       -not -path 'bindings/python/build/*' | head -n1)" ]; then
+  "${pip[@]}" --force-reinstall --no-deps "$wheel"
+  "${pip[@]}" "$wheel[torch]"
+else
+  # Built through ccache when it is there, as scripts/build.sh builds.
+  build=(-C build-dir="$PWD/build/wheel-build")
+  if command -v ccache >/dev/null; then
+    build+=(-C cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache
+            -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+  fi
+  # A local directory of an installed version: --force-reinstall rebuilds it;
+  # the second install (no-op build) resolves the extra.
+  "${pip[@]}" --force-reinstall --no-deps "${build[@]}" ./bindings/python
+  "${pip[@]}" "${build[@]}" "./bindings/python[torch]"
+fi
 
 # From the tests' directory, so that `import nexar` is the installed package.
 (cd bindings/python && timeout 600 "$venv/bin/python" -m pytest -q -p no:cacheprovider \

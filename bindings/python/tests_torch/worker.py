@@ -1,4 +1,4 @@
-"""One rank of a torch test: python worker.py SCENARIO RANK SIZE STORE_PATH.
+"""One rank of a torch test: python worker.py SCENARIO[+SCENARIO...] RANK SIZE STORE_PATH.
 
 Every scenario runs the same calls on a "gloo" group and a "nexar" group of the
 same processes and compares the results; a difference raises (exit status 1)."""
@@ -407,8 +407,9 @@ def main() -> None:
     if scenario == "killed":
         pg_options = {"heartbeat_interval": 0.2, "heartbeat_timeout": 1.0}
     dist.init_process_group(backend, store=store, rank=rank, world_size=size,
-                            timeout=timedelta(seconds=60), pg_options=pg_options)
-    globals()[f"scenario_{scenario}"]()
+                            timeout=timedelta(seconds=300), pg_options=pg_options)
+    for name in scenario.split("+"):  # several in one launch: torch imports slowly
+        globals()[f"scenario_{name}"]()
     dist.barrier()
     dist.destroy_process_group()
 
