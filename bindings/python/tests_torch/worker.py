@@ -318,6 +318,18 @@ def scenario_ddp() -> None:
                                    models["gloo"].named_parameters()):
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7,
                                        msg=lambda m, pn=pn, step=step: f"step {step} {pn}: {m}")
+    # torch's fp16 compression hook chains on the Work's future.
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hooked = {"nexar": DDP(mlp(), process_group=nx), "gloo": DDP(mlp(), process_group=gl)}
+    for name, m in hooked.items():
+        m.register_comm_hook(nx if name == "nexar" else gl, default_hooks.fp16_compress_hook)
+    x = torch.randn(16, 32, generator=g)
+    for m in hooked.values():
+        m(x).sum().backward()
+    for (pn, a), (_, b) in zip(hooked["nexar"].named_parameters(), hooked["gloo"].named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-4,
+                                   msg=lambda m, pn=pn: f"fp16 hook {pn}: {m}")
     print(f"ddp OK after {steps} steps", flush=True)
 
 

@@ -198,8 +198,9 @@ class NexarBackend(BackendBase):
         red = self._reduction("reduce", _op(opts), [t.dtype])
         root = _root(opts)
         staged = Staged(t)
-        work = staged.work if t.is_contiguous() or self._rank == root else staged.work
-        # nexar reduces in place on the root; the others' contributions stay theirs.
+        work = staged.work
+        # nexar reduces in place on the root and leaves the others' buffers
+        # alone: a non-root contribution scaled for PREMUL_SUM is a copy.
         contribution = work.clone() if red.premul is not None and self._rank != root else work
         red.before(contribution)
         arr = as_array(contribution, reduce=True)
@@ -262,9 +263,9 @@ class NexarBackend(BackendBase):
         _check_numel("reduce_scatter_tensor", self._rank, input, output.numel() * self._size)
         _check_dtype("reduce_scatter_tensor", self._rank, output, input)
         red = self._reduction("reduce_scatter_tensor", _op(opts), [output.dtype])
-        flat = input.detach().contiguous()
-        if red.premul is not None or flat.data_ptr() == input.data_ptr():
-            flat = flat.clone()  # nexar may use the input as scratch; the caller's stays
+        flat = input.detach().contiguous()  # nexar only reads it
+        if red.premul is not None and flat.data_ptr() == input.data_ptr():
+            flat = flat.clone()  # scaled here; the caller's input stays as it was
         return self._reduce_scatter_flat("reduce_scatter_tensor", red, flat, output)
 
     _reduce_scatter_base = reduce_scatter_single
