@@ -67,7 +67,9 @@ class NexarBackend(BackendBase):
         with _live_lock:
             _live.add(self)
 
-    # ---- What torch reads as properties (see docs/python.md) -----------------------
+    # ---- What torch reads as properties: left to the base class, reading one
+    # from a Python subclass recurses forever (batch_isend_irecv reads
+    # supports_coalescing). -----------------------------------------------------------
 
     @property
     def supports_splitting(self) -> bool:
@@ -117,6 +119,8 @@ class NexarBackend(BackendBase):
     # ---- Running one nexar operation as a torch Work ---------------------------------
 
     def _error(self, what: str, exc: BaseException) -> BaseException:
+        if isinstance(exc, nexar.NexarError):  # already names the operation and the ranks
+            return DistBackendError(f"nexar: {exc}")
         return DistBackendError(f"nexar {what} on rank {self._rank}: {exc}")
 
     def _issue(self, what: str, start: Callable[[], "nexar.Request"],
