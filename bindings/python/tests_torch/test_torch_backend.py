@@ -70,3 +70,26 @@ def test_torchrun_launch(tmp_path):
                           str(script)], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("torchrun OK") == 4, out.stdout + out.stderr
+
+
+NEXAR_RUN_SCRIPT = """
+import torch, torch.distributed as dist, nexar.torch
+nexar.torch.init_process_group()          # NEXAR_SEED from the launcher, no MASTER_ADDR
+t = torch.full((3,), float(dist.get_rank() + 1))
+dist.all_reduce(t)
+n = dist.get_world_size()
+assert t.tolist() == [n * (n + 1) / 2] * 3, t
+print("nexar-run OK", dist.get_rank(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_nexar_run_launch(tmp_path):
+    script = tmp_path / "tiny.py"
+    script.write_text(NEXAR_RUN_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    out = subprocess.run([sys.executable, "-m", "nexar.run", "-n", "4", str(script)],
+                         capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for rank in range(4):
+        assert f"[r{rank}] nexar-run OK {rank}" in out.stdout, out.stdout + out.stderr

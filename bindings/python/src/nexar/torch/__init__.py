@@ -17,15 +17,19 @@ rank. Needs torch >= 2.15 (Python subclasses of torch's Backend).
 """
 from __future__ import annotations
 
+import os
+import socket
 from datetime import timedelta
 from typing import Any, Dict, Optional
+
+import numpy as np
 
 import torch
 import torch.distributed as dist
 
 from ._backend import BackendBase, NexarBackend
 
-__all__ = ["NexarBackend", "register"]
+__all__ = ["NexarBackend", "register", "init_process_group"]
 
 NAME = "nexar"
 
@@ -67,6 +71,46 @@ def register() -> None:
         return
     _check_python_overrides()
     dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
+
+
+def init_process_group(backend: str = NAME, **kwargs: Any) -> None:
+    """torch.distributed.init_process_group, also under ``nexar-run`` and
+    ``python -m nexar.run``, which set NEXAR_SEED but not torch's MASTER_ADDR:
+    the world the launcher forms tells every rank where rank 0's torch store
+    (a TCPStore on an ephemeral port) listens. Elsewhere (torchrun, an
+    ``init_method`` or ``store`` given) it is torch's own call."""
+    if ("store" in kwargs or "init_method" in kwargs or os.environ.get("MASTER_ADDR")
+            or not os.environ.get("NEXAR_SEED")):
+        dist.init_process_group(backend, **kwargs)
+        return
+    import nexar
+
+    timeout = kwargs.get("timeout") or timedelta(minutes=30)
+    with nexar.init() as comm:
+        rank, size = comm.rank, comm.size
+        address = np.zeros(256, np.uint8)
+        store = None
+        if rank == 0:
+            host = _store_host(os.environ["NEXAR_SEED"])
+            store = dist.TCPStore(host, 0, size, is_master=True, timeout=timeout,
+                                  wait_for_workers=False)
+            text = f"{host}:{store.port}".encode()
+            address[:len(text)] = np.frombuffer(text, np.uint8)
+        comm.broadcast(address, 0)
+        if rank != 0:
+            host, port = bytes(address).rstrip(b"\0").decode().rsplit(":", 1)
+            store = dist.TCPStore(host, int(port), size, is_master=False, timeout=timeout)
+        comm.barrier()  # every rank has its store client before rank 0 goes on
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, **kwargs)
+
+
+def _store_host(seed: str) -> str:
+    """Where rank 0's store is reachable: loopback when the launcher's seed is
+    (nexar-run's ranks share a host), else this host's address."""
+    host = seed.rsplit(":", 1)[0].strip("[]")
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return "127.0.0.1"
+    return socket.gethostbyname(socket.gethostname())
 
 
 register()
