@@ -2,7 +2,8 @@
 # The whole test suite: installs what is missing, builds, runs every test
 # (ctest), the fuzz harnesses and the soak (scripts/fuzz.sh, soak.sh; the
 # lossy network, scripts/lossy.sh, with NEXAR_TEST_LOSSY=1), the Python, Go and Rust bindings' tests
-# (scripts/test-python.sh, test-go.sh, test-rust.sh) and the Debian packages
+# (scripts/test-python.sh, test-go.sh, test-rust.sh), the PyTorch backend
+# (test-torch.sh) and the Debian packages
 # (test-deb.sh), then builds again with AddressSanitizer +
 # UndefinedBehaviorSanitizer and runs the tests once more under them, then
 # with ThreadSanitizer. A Release build checks the build type packagers pick.
@@ -43,6 +44,8 @@ BUILD_TYPE=Release scripts/build.sh build-release -DNEXAR_BUILD_TESTS=OFF
 
 echo "== python binding (pip install ./bindings/python, pytest)"
 scripts/test-python.sh
+
+echo "== pytorch backend"; scripts/test-torch.sh
 
 echo "== go binding (go test against the installed libnexar)"
 scripts/test-go.sh

@@ -42,8 +42,8 @@ py::object Communicator::split(py::handle self, int64_t color, int64_t key, bool
     nexar_comm_t *out = nullptr;
     run(
         op,
-        [&](nexar_comm_t *h, nexar_done_fn, void *) {
-          return nexar_comm_split(h, c, k, &out, nullptr, nullptr);
+        [&](nexar_comm_t *h, nexar_done_fn done, void *ud) {
+          return nexar_comm_split(h, c, k, &out, done, ud);
         },
         {}, py::none(), false);
     return wrap(out);

@@ -18,6 +18,7 @@
 #include "buffers.h"
 #include "dispatcher.h"
 #include "errors.h"
+#include "interruptible.h"
 #include "pending.h"
 #include "request.h"
 #include "rpc_handler.h"
@@ -239,22 +240,43 @@ py::object Communicator::run(const std::string &op, const Submit &submit,
                              std::initializer_list<py::handle> keep, py::object result,
                              bool async_op) {
   if (!async_op) {
-    nexar_status_t st = NEXAR_OK;
-    std::string msg;
-    int32_t failed = -1;
-    bool was_closed = false;
+    BlockingCall call;
+    bool was_closed = false, interrupted = false;
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> g(mu_);
       if (!h_) {
         was_closed = true;
+      } else if (t_in_rpc_handler) {
+        // On nexar's completion thread, which would have to run the callback
+        // waited for: the plain blocking call, which nexar refuses or serves.
+        call.status = submit(h_, nullptr, nullptr);
+        if (call.status != NEXAR_OK) read_last_error(&call.message, &call.failed_rank);
+      } else if (nexar_status_t st = submit(h_, BlockingCall::on_done, &call); st != NEXAR_OK) {
+        call.status = st;
+        read_last_error(&call.message, &call.failed_rank);
+        call.done = true;
       } else {
-        st = submit(h_, nullptr, nullptr);
-        if (st != NEXAR_OK) read_last_error(&msg, &failed);
+        while (!call.wait_for(kSignalSlice)) {
+          py::gil_scoped_acquire gil;
+          if (PyErr_CheckSignals() != 0) {
+            interrupted = true;
+            break;
+          }
+        }
+        if (interrupted) {
+          // The operation fails at once with NEXAR_ERR_ABORTED; its callback
+          // must have run before `call` leaves this frame.
+          nexar_comm_abort(h_);
+          while (!call.wait_for(kSignalSlice)) {
+          }
+        }
       }
     }
+    if (interrupted) throw py::error_already_set();
     if (was_closed) raise_closed(op);
-    if (st != NEXAR_OK) raise_nexar(st, failed, msg, op, rank_);
+    if (call.status != NEXAR_OK)
+      raise_nexar(call.status, call.failed_rank, call.message, op, rank_);
     return result;
   }
   auto p = std::make_shared<Pending>();

@@ -15,9 +15,50 @@ namespace nexar_py {
 
 namespace {
 
-void apply_options(nexar_comm_options_t *o, const py::kwargs &kw) {
+// The join options' strings, owned here while nexar_comm_join copies them.
+struct JoinStrings {
+  std::string seed, token, listen, advertise, interface;
+};
+
+// Join options (nexar.init keywords): true when k is one of them.
+bool apply_join_option(nexar_comm_options_t *o, JoinStrings *s, const std::string &k,
+                       py::handle v) {
+  auto text = [&](std::string *field, const char **target) {
+    *field = v.cast<std::string>();
+    *target = field->c_str();
+  };
+  if (k == "seed")
+    text(&s->seed, &o->seed_address);
+  else if (k == "token")
+    text(&s->token, &o->cluster_token);
+  else if (k == "listen")
+    text(&s->listen, &o->listen_address);
+  else if (k == "advertise")
+    text(&s->advertise, &o->advertise_address);
+  else if (k == "interface")
+    text(&s->interface, &o->socket_ifname);
+  else if (k == "rank") {
+    const int64_t r = v.cast<int64_t>();
+    if (r < -1 || r > INT32_MAX) throw py::value_error("rank must be -1 (any) or a rank >= 0");
+    o->rank = static_cast<int32_t>(r);
+  } else if (k == "world_size") {
+    const int64_t n = v.cast<int64_t>();
+    if (n < 0 || n > 1024) throw py::value_error("world_size must be in 0..1024 (0: unknown)");
+    o->world_size = static_cast<uint32_t>(n);
+  } else if (k == "spin") {
+    const double secs = v.cast<double>();
+    if (!(secs >= 0) || secs > 1.0) throw py::value_error("spin must be in 0..1 seconds");
+    o->spin_us = static_cast<uint32_t>(secs * 1e6 + 0.5);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void apply_options(nexar_comm_options_t *o, const py::kwargs &kw, JoinStrings *join = nullptr) {
   for (auto item : kw) {
     const std::string k = py::str(item.first).cast<std::string>();
+    if (join && apply_join_option(o, join, k, item.second)) continue;
     if (k == "topology") {
       const std::string v =
           py::isinstance<py::str>(item.second) ? item.second.cast<std::string>() : "";
@@ -73,7 +114,10 @@ void apply_options(nexar_comm_options_t *o, const py::kwargs &kw) {
       throw py::type_error("unknown option " + k +
                            " (known: collective_timeout, barrier_timeout, p2p_timeout, "
                            "connect_timeout, heartbeat_interval, heartbeat_timeout, "
-                           "rpc_timeout, topology, shm, shm_max_bytes)");
+                           "rpc_timeout, topology, shm, shm_max_bytes" +
+                           std::string(join ? ", seed, token, rank, world_size, listen, "
+                                              "advertise, interface, spin)"
+                                            : ")"));
   }
 }
 
@@ -99,16 +143,32 @@ py::list bootstrap_local(int64_t world_size, const py::kwargs &kw) {
   return out;
 }
 
-py::object init_from_env() {
+// Without keywords: the world the environment describes; with them: a join
+// through the seed they name (defaults from NEXAR_* as for every option).
+py::object init(const py::kwargs &kw) {
   nexar_comm_t *h = nullptr;
   nexar_status_t st;
   std::string msg;
-  {
+  int32_t failed = -1;
+  if (kw.empty()) {
     py::gil_scoped_release nogil;
     st = nexar_comm_init_from_env(&h);
-    if (st != NEXAR_OK) msg = nexar_last_error_message();
+    if (st != NEXAR_OK) read_last_error(&msg, &failed);
+  } else {
+    nexar_comm_options_t opts;
+    if (nexar_status_t s = nexar_comm_options_init(&opts, sizeof opts))
+      raise_nexar(s, -1, nexar_last_error_message(), "init", -1);
+    JoinStrings strings;
+    apply_options(&opts, kw, &strings);
+    if (!opts.seed_address || !*opts.seed_address)
+      throw py::value_error(
+          "init: seed= (\"host:port\" of a nexar seed) is required with "
+          "keywords (or set NEXAR_SEED)");
+    py::gil_scoped_release nogil;
+    st = nexar_comm_join(&h, &opts);
+    if (st != NEXAR_OK) read_last_error(&msg, &failed);
   }
-  if (st != NEXAR_OK) raise_nexar(st, -1, msg, "init", -1);
+  if (st != NEXAR_OK) raise_nexar(st, failed, msg, "init", -1);
   return wrap(h);
 }
 
@@ -116,7 +176,7 @@ py::object init_from_env() {
 
 void bind_creation(py::module_ &m) {
   m.def("bootstrap_local", &bootstrap_local, py::arg("world_size"));
-  m.def("init", &init_from_env);
+  m.def("init", &init);
 }
 
 }  // namespace nexar_py

@@ -27,8 +27,8 @@ py::object rpc(Communicator &c, int64_t target, int64_t fn_id, py::object reques
     nexar_rpc_response_t *response = nullptr;
     c.run(
         name,
-        [&](nexar_comm_t *h, nexar_done_fn, void *) {
-          return nexar_rpc_call(h, to, id, d, n, &response, nullptr, nullptr);
+        [&](nexar_comm_t *h, nexar_done_fn done, void *ud) {
+          return nexar_rpc_call(h, to, id, d, n, &response, done, ud);
         },
         {}, py::none(), false);
     return response_bytes(response);

@@ -94,16 +94,26 @@ def bootstrap_local(world_size: int, **options: Any) -> List[Communicator]:
     return _nexar.bootstrap_local(world_size, **options)
 
 
-def init() -> Communicator:
-    """Join the world the environment describes (nexar_comm_init_from_env).
+def init(**options: Any) -> Communicator:
+    """Join a world: the one the environment describes, or the seed named by keywords.
 
-    Recognized, in this order: NEXAR_SEED with NEXAR_RANK and NEXAR_WORLD_SIZE
-    (``python -m nexar.run``, ``nexar-run``), torchrun / env:// (RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI, PMI, Slurm. An unhandled
-    exception in this process then aborts the communicator, so that the other
-    ranks fail at once instead of waiting for their timeouts.
+    Without keywords (nexar_comm_init_from_env), recognized in this order:
+    NEXAR_SEED with NEXAR_RANK and NEXAR_WORLD_SIZE (``python -m nexar.run``,
+    ``nexar-run``), torchrun / env:// (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT), Open MPI, PMI, Slurm.
+
+    With keywords (nexar_comm_join): ``seed="host:port"`` of a running seed
+    (e.g. :class:`Seed`), ``token`` (the cluster token), ``rank`` (-1: the seed
+    assigns one), ``world_size``, ``listen`` and ``advertise`` ("host:port" of
+    this worker), ``interface`` (NCCL syntax, e.g. "eth0" or "^docker"),
+    ``spin`` (seconds to busy-poll before sleeping), and every option of
+    :func:`bootstrap_local` (timeouts, topology, shm). Unset ones come from
+    the NEXAR_* environment.
+
+    An unhandled exception in this process then aborts the communicator, so
+    that the other ranks fail at once instead of waiting for their timeouts.
     """
-    comm = _nexar.init()
+    comm = _nexar.init(**options)
     _from_env.add(comm)
     _install_excepthook()
     return comm

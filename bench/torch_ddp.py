@@ -1,0 +1,104 @@
+"""DDP on "nexar" against "gloo": one training step of an MLP of about 25 M
+parameters (a ResNet-50-sized gradient), batch 32, and all_reduce of a 64 MiB
+float32 tensor through torch, both backends interleaved in one run.
+
+    python bench/torch_ddp.py --ranks 2 --steps 20
+
+Needs the binding with its [torch] extra (scripts/test-torch.sh makes
+build/torch-venv). Prints one table: median times per backend and their ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    # 1024*4096 + 4096*4096 + 4096*1024 weights, about 25.2 M parameters
+    return torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),
+                               torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
+                               torch.nn.Linear(4096, 1024))
+
+
+def timed(fn, repeats: int) -> list:
+    out = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def worker(rank: int, size: int, store_path: str, steps: int, queue) -> None:
+    import nexar.torch  # noqa: F401 - registers "nexar"
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    store = dist.FileStore(store_path, size)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size,
+                            timeout=timedelta(seconds=300))
+    groups = {"nexar": dist.new_group(backend="nexar"), "gloo": dist.new_group(backend="gloo")}
+    models = {k: DDP(mlp(), process_group=g) for k, g in groups.items()}
+    optims = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
+    x, y = torch.randn(32, 1024), torch.randn(32, 1024)
+    tensor = torch.ones(16 * 1024 * 1024)  # 64 MiB of float32
+
+    def step(name):
+        def run():
+            optims[name].zero_grad()
+            torch.nn.functional.mse_loss(models[name](x), y).backward()
+            optims[name].step()
+        return run
+
+    def reduce(name):
+        return lambda: dist.all_reduce(tensor, group=groups[name])
+
+    times = {("ddp step", k): [] for k in groups}
+    times.update({("all_reduce 64 MiB", k): [] for k in groups})
+    for k in groups:  # warm-up
+        step(k)()
+        reduce(k)()
+    for _ in range(steps):  # interleaved: both backends see the same machine load
+        for k in groups:
+            times[("ddp step", k)] += timed(step(k), 1)
+            times[("all_reduce 64 MiB", k)] += timed(reduce(k), 1)
+    if rank == 0:
+        queue.put({key: statistics.median(v) for key, v in times.items()})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=20)
+    args = ap.parse_args()
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(worker, args=(args.ranks, os.path.join(tmp, "store"), args.steps,
+                                         queue), nprocs=args.ranks, start_method="spawn")
+    medians = queue.get()
+    params = sum(p.numel() for p in mlp().parameters())
+    print(f"{args.ranks} ranks, {params / 1e6:.1f} M parameters, batch 32, "
+          f"median of {args.steps}, torch {torch.__version__}")
+    print(f"{'what':<20}{'nexar (ms)':>12}{'gloo (ms)':>12}{'gloo / nexar':>14}")
+    for what in ("ddp step", "all_reduce 64 MiB"):
+        n, g = medians[(what, "nexar")] * 1e3, medians[(what, "gloo")] * 1e3
+        print(f"{what:<20}{n:>12.1f}{g:>12.1f}{g / n:>14.2f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
