@@ -24,6 +24,12 @@ nexar::Status grow_member(nexar_comm_t *comm, uint32_t max_new, uint64_t seq, ne
                         "it, then grow the shrunk communicator",
                         c.rank(), failed[0]),
                  static_cast<int32_t>(failed[0]));
+  // A grow's agreement must not meet the shrink of members that recover.
+  if (c.faults().revoked())
+    return error(NEXAR_ERR_REVOKED,
+                 format("nexar_comm_grow: rank %u: the communicator is revoked; shrink it, then "
+                        "grow the shrunk communicator",
+                        c.rank()));
   uint64_t flags = ~0ull;
   if (nexar_comm_agree(comm, &flags, nullptr, nullptr) != NEXAR_OK) {
     nexar_completion_t info;
