@@ -478,10 +478,11 @@ void SeedClient::on_closed(QuicConnection *c, const Status &why) {
       settled = settled_;
     }
     if (settled) {
-      LOG_WARN(
-          "lost the connection to the elastic seed at %s: %s; the world goes on, but it "
-          "cannot grow",
-          seed_.to_string().c_str(), why.message.c_str());
+      if (st != Stage::Closed)  // not this worker's own close
+        LOG_WARN(
+            "lost the connection to the elastic seed at %s: %s; the world goes on, but it "
+            "cannot grow",
+            seed_.to_string().c_str(), why.message.c_str());
       {
         std::lock_guard<std::mutex> g(mu_);
         gone_ = true;

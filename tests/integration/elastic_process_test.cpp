@@ -6,7 +6,10 @@
 // - a member killed during a grow fails it alike at every member, who shrink
 //   and grow again;
 // - a joiner killed during a grow is not admitted, the grow completes;
-// - the seed gone: grow fails with a clear error, the world goes on.
+// - the seed gone: grow fails with a clear error, the world goes on;
+// - nexar-run --elastic with the example (examples/elastic_training.c): a
+//   rank killed with SIGKILL is replaced, the world shrinks and grows back
+//   to 4 ranks, and the final model equals an uninterrupted run's.
 #include <gtest/gtest.h>
 #include <nexar.h>
 #include <signal.h>
@@ -164,4 +167,45 @@ TEST(ElasticProcesses, SeedGoneGrowFailsClearlyAndTheWorldGoesOn) {
     EXPECT_TRUE(contains(m->out(), "elastic seed")) << m->dump();
     EXPECT_TRUE(contains(m->out(), "size=2 sum=3 want=3 bcast=4244 ok\nDONE")) << m->dump();
   }
+}
+
+namespace {
+
+// nexar-run --elastic running the elastic example in dir; returns its process.
+std::unique_ptr<Proc> elastic_run(const TempDir &dir, const std::string &name,
+                                  const std::string &steps) {
+  return std::make_unique<Proc>(
+      dir, name,
+      std::vector<std::string>{NEXAR_RUN_BIN, "-n", "4", "--elastic", "--max-restarts", "3", "--",
+                               NEXAR_ELASTIC_TRAINING_BIN, steps, "10"},
+      Proc::Env{{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"}, {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "2"}});
+}
+
+}  // namespace
+
+TEST(ElasticProcesses, LauncherReplacesAKilledRankAndTrainingEndsAsUninterrupted) {
+  TempDir dir;
+  auto plain = elastic_run(dir, "plain", "400");
+  ASSERT_TRUE(plain->wait(120)) << plain->dump();
+  ASSERT_EQ(plain->code(), 0) << plain->dump();
+  const std::string want = field(plain->out(), "checksum");
+  ASSERT_FALSE(want.empty()) << plain->dump();
+
+  auto run = elastic_run(dir, "killed", "400");
+  ASSERT_TRUE(run->wait_output("[r2] rank 2 of 4, pid ", 60)) << run->dump();
+  ASSERT_TRUE(run->wait_output("step 100 with 4 ranks", 60)) << run->dump();
+  const std::string out = run->out();
+  const size_t at = out.find("[r2] rank 2 of 4, pid ") + 22;
+  const pid_t victim = static_cast<pid_t>(std::stol(out.substr(at)));
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(run->wait(120)) << run->dump();
+  EXPECT_EQ(run->code(), 0) << run->dump();
+  const std::string all = run->out() + run->err();
+  EXPECT_TRUE(contains(all, "shrunk to 3 ranks")) << run->dump();
+  EXPECT_TRUE(contains(all, "grown to 4 ranks")) << run->dump();
+  EXPECT_TRUE(contains(all, "[r4] rank 3 of 4")) << run->dump();
+  EXPECT_TRUE(contains(all, "final step=400 ranks=4 checksum=" + want)) << run->dump();
+  EXPECT_TRUE(contains(all, "elastic: 1 rank(s) died, 1 replaced: rank 2 (pid " +
+                                std::to_string(victim) + ") was killed by signal 9"))
+      << run->dump();
 }
