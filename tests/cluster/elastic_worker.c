@@ -90,10 +90,15 @@ int main(int argc, char **argv) {
       const uint32_t old_rank = nexar_comm_rank(comm);
       printf("GROWING rank=%u\n", old_rank);
       nexar_comm_t *grown = NULL;
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
       s = nexar_comm_grow(comm, k, &grown, NULL, NULL);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
       if (s == NEXAR_OK) {
-        printf("GROWN old_rank=%u rank=%u size=%u\n", old_rank, nexar_comm_rank(grown),
-               nexar_comm_size(grown));
+        /* ms: for the note's figures only; no test asserts a time */
+        printf("GROWN old_rank=%u rank=%u size=%u ms=%.1f\n", old_rank, nexar_comm_rank(grown),
+               nexar_comm_size(grown),
+               (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
         nexar_comm_destroy(comm);
         comm = grown;
       } else {

@@ -94,8 +94,13 @@ def bootstrap_local(world_size: int, **options: Any) -> List[Communicator]:
     return _nexar.bootstrap_local(world_size, **options)
 
 
-def init() -> Communicator:
+def init(elastic: bool = None) -> Communicator:
     """Join the world the environment describes (nexar_comm_init_from_env).
+
+    ``elastic=True`` (as NEXAR_ELASTIC=1) keeps the connection to an elastic
+    seed, for ``comm.pending_joins()`` and ``comm.grow()``, and lets this
+    process join a running world: it then waits until the members admit it
+    (docs/elastic.md).
 
     Recognized, in this order: NEXAR_SEED with NEXAR_RANK and NEXAR_WORLD_SIZE
     (``python -m nexar.run``, ``nexar-run``), torchrun / env:// (RANK,
@@ -103,7 +108,18 @@ def init() -> Communicator:
     exception in this process then aborts the communicator, so that the other
     ranks fail at once instead of waiting for their timeouts.
     """
-    comm = _nexar.init()
+    if elastic is None:
+        comm = _nexar.init()
+    else:
+        previous = os.environ.get("NEXAR_ELASTIC")
+        os.environ["NEXAR_ELASTIC"] = "1" if elastic else "0"
+        try:
+            comm = _nexar.init()
+        finally:
+            if previous is None:
+                del os.environ["NEXAR_ELASTIC"]
+            else:
+                os.environ["NEXAR_ELASTIC"] = previous
     _from_env.add(comm)
     _install_excepthook()
     return comm
