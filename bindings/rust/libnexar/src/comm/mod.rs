@@ -14,6 +14,7 @@ use std::sync::Mutex;
 mod checks;
 mod collectives;
 mod collectives_async;
+mod elastic;
 mod faults;
 mod gradients;
 mod lifecycle;
