@@ -287,6 +287,12 @@ typedef struct nexar_comm_options {
    * memory instead of QUIC. */
   uint32_t shm;           /* NEXAR_SHM=auto|off|require; NEXAR_SHM_*, default AUTO */
   uint64_t shm_max_bytes; /* NEXAR_SHM_MAX_BYTES: shared segment per process; default 64 MiB */
+  /* Elastic membership (docs/elastic.md). With elastic = 1, nexar_comm_join
+   * keeps its connection to an elastic seed (for nexar_comm_pending_joins and
+   * nexar_comm_grow), and a process joining a running world waits up to
+   * join_timeout_ms until the members admit it. */
+  uint32_t elastic;         /* NEXAR_ELASTIC=1; default 0 */
+  uint64_t join_timeout_ms; /* NEXAR_JOIN_TIMEOUT_SECS; default 300 s */
 } nexar_comm_options_t;
 
 /**
@@ -416,6 +422,9 @@ NEXAR_API nexar_status_t nexar_comm_get_async_error(nexar_comm_t *comm, nexar_co
 #define NEXAR_SEED_EVENT_WELCOMED 4  /* the world is complete: ranks and certificates sent */
 #define NEXAR_SEED_EVENT_FORMED 5    /* every rank reported its mesh formed */
 #define NEXAR_SEED_EVENT_FAILED 6    /* formation failed (rank: the one to blame, or -1) */
+/* An elastic seed's grows (docs/elastic.md). */
+#define NEXAR_SEED_EVENT_GROWN 7       /* a grow admitted joiners (message: the sizes) */
+#define NEXAR_SEED_EVENT_GROW_FAILED 8 /* a grow failed (rank: the one to blame, or -1) */
 
 typedef struct nexar_seed_event {
   size_t struct_size;
@@ -450,6 +459,10 @@ typedef struct nexar_seed_options {
   uint64_t formation_timeout_ms; /* NEXAR_FORMATION_TIMEOUT_SECS; default 60 s, at most 1e6 s */
   nexar_seed_event_fn on_event;  /* optional */
   void *event_user_data;
+  /* Elastic membership (docs/elastic.md): stay up after formation and admit
+   * joiners into the running world through nexar_comm_grow. */
+  uint32_t elastic;        /* NEXAR_SEED_ELASTIC=1; default 0 */
+  uint32_t max_world_size; /* NEXAR_MAX_WORLD_SIZE: no grow past it; 0 = 1024 */
 } nexar_seed_options_t;
 
 /**
@@ -1078,6 +1091,46 @@ NEXAR_API nexar_status_t nexar_comm_agree(nexar_comm_t *comm, uint64_t *flags, n
  */
 NEXAR_API nexar_status_t nexar_comm_shrink(nexar_comm_t *comm, nexar_comm_t **out,
                                            nexar_done_fn done, void *user_data);
+
+/* ---- Elastic membership ------------------------------------------------------
+ * A seed started with elastic = 1 (NEXAR_SEED_ELASTIC=1) stays up after
+ * formation. A process whose options have elastic = 1 (NEXAR_ELASTIC=1) joins
+ * through nexar_comm_join / nexar_comm_init_from_env by waiting, bounded by
+ * join_timeout_ms (NEXAR_JOIN_TIMEOUT_SECS), until the members admit it with
+ * nexar_comm_grow. See docs/elastic.md. */
+
+/**
+ * How many processes wait to join (local and cheap: the elastic seed tells
+ * every member whenever the number changes).
+ *
+ * @param comm   a communicator formed or grown with elastic = 1
+ * @param count  receives the number (0 when the seed is gone)
+ * @return NEXAR_OK; NEXAR_ERR_INVALID_ARGUMENT when comm or count is NULL;
+ *         NEXAR_ERR_UNSUPPORTED when comm has no elastic seed
+ */
+NEXAR_API nexar_status_t nexar_comm_pending_joins(nexar_comm_t *comm, uint32_t *count);
+
+/**
+ * Collective over the members: admit up to max_new waiting processes (every
+ * member gets the same number); *out = the grown communicator, old ranks keep
+ * their numbers, new ranks are appended. The joiners' nexar_comm_join returns
+ * a handle to the same communicator. comm stays usable (destroy it when done
+ * with it). A member failing during the grow fails it with
+ * NEXAR_ERR_PEER_FAILED at every member (shrink, then grow again); a joiner
+ * failing during the grow is not admitted. With done, done runs on a thread
+ * of nexar's own.
+ *
+ * @param comm     every member's communicator (without failed members)
+ * @param max_new  the most joiners to admit (0 admits none: a copy of comm)
+ * @param out      receives the grown communicator; NULL when the grow fails
+ * @return NEXAR_OK (done runs once); NEXAR_ERR_INVALID_ARGUMENT when comm or
+ *         out is NULL; NEXAR_ERR_UNSUPPORTED when comm has no elastic seed.
+ *         The grow's own outcome: NEXAR_ERR_PEER_FAILED (failed_rank names the
+ *         member), NEXAR_ERR_CLOSED when the elastic seed is gone,
+ *         NEXAR_ERR_TIMEOUT
+ */
+NEXAR_API nexar_status_t nexar_comm_grow(nexar_comm_t *comm, uint32_t max_new, nexar_comm_t **out,
+                                         nexar_done_fn done, void *user_data);
 
 /* ---- Gradient traffic: bucketed and compressed allreduce ------------------- */
 

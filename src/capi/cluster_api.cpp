@@ -2,6 +2,7 @@
 // environment a launcher left.
 #include "capi/handles.h"
 #include "capi/options.h"
+#include "cluster/elastic_link.h"
 #include "cluster/env_detect.h"
 #include "cluster/join.h"
 #include "core/config.h"
@@ -12,9 +13,11 @@ using nexar::capi::ok;
 
 namespace {
 
-nexar_status_t hand_out(std::unique_ptr<nexar::Communicator> comm, nexar_comm_t **out) {
+nexar_status_t hand_out(std::unique_ptr<nexar::Communicator> comm, const nexar::Config &cfg,
+                        std::unique_ptr<nexar::SeedClient> seed_link, nexar_comm_t **out) {
   auto handle = std::make_unique<nexar_comm>();
   handle->impl = std::move(comm);
+  if (seed_link) handle->elastic = std::make_shared<nexar::ElasticLink>(cfg, std::move(seed_link));
   *out = handle.release();
   return ok();
 }
@@ -31,9 +34,10 @@ NEXAR_API nexar_status_t nexar_comm_join(nexar_comm_t **out, const nexar_comm_op
     nexar::Status s = nexar::config_from_options(opts, &cfg);
     if (!s) return fail(nexar::error(s.code, "nexar_comm_join: " + s.message));
     std::unique_ptr<nexar::Communicator> comm;
-    s = nexar::join_cluster(cfg, &comm);
+    std::unique_ptr<nexar::SeedClient> link;
+    s = nexar::join_cluster(cfg, &comm, &link);
     if (!s) return fail(nexar::error(s.code, "nexar_comm_join: " + s.message, s.failed_rank));
-    return hand_out(std::move(comm), out);
+    return hand_out(std::move(comm), cfg, std::move(link), out);
   });
 }
 
@@ -42,12 +46,13 @@ NEXAR_API nexar_status_t nexar_comm_init_from_env(nexar_comm_t **out) {
     if (!out) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_init_from_env: out is NULL");
     *out = nullptr;
     std::unique_ptr<nexar::Communicator> comm;
+    std::unique_ptr<nexar::SeedClient> link;
     nexar::Config cfg;
     nexar::Status s = nexar::config_from_options(nullptr, &cfg);
-    if (s) s = nexar::init_from_env(std::move(cfg), &comm);
+    if (s) s = nexar::init_from_env(cfg, &comm, &link);
     if (!s)
       return fail(nexar::error(s.code, "nexar_comm_init_from_env: " + s.message, s.failed_rank));
-    return hand_out(std::move(comm), out);
+    return hand_out(std::move(comm), cfg, std::move(link), out);
   });
 }
 

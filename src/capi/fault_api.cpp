@@ -44,11 +44,13 @@ nexar::Task<nexar::Status> run_agree(nexar::Communicator *comm, nexar::OpContext
 }
 
 nexar::Task<nexar::Status> run_shrink(nexar::Communicator *comm, nexar::OpContext *op,
-                                      nexar_comm_t **out) {
+                                      nexar_comm_t **out,
+                                      std::shared_ptr<nexar::ElasticLink> elastic) {
   std::unique_ptr<nexar::Communicator> child;
   nexar::Status s = co_await nexar::shrink(comm, op, &child);
   if (!s) co_return s;
   *out = new nexar_comm{std::move(child)};
+  (*out)->elastic = std::move(elastic);  // the shrunk world can grow again
   co_return s;
 }
 
@@ -128,9 +130,10 @@ NEXAR_API nexar_status_t nexar_comm_shrink(nexar_comm_t *comm, nexar_comm_t **ou
     if (!out) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_shrink: out is NULL");
     *out = nullptr;
     nexar::Communicator *c = comm->impl.get();
+    std::shared_ptr<nexar::ElasticLink> link = comm->elastic;
     return submit_fault_tolerant(
-        comm, "nexar_comm_shrink", [=](nexar::OpContext *op) { return run_shrink(c, op, out); },
-        done, user_data);
+        comm, "nexar_comm_shrink",
+        [=](nexar::OpContext *op) { return run_shrink(c, op, out, link); }, done, user_data);
   });
 }
 

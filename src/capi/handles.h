@@ -7,10 +7,15 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 
 #include "client/communicator.h"
 #include "nexar.h"
 #include "transport/frame.h"
+
+namespace nexar {
+class ElasticLink;
+}
 
 namespace nexar::capi {
 // The application's failure callback (nexar_comm_set_failure_callback), read
@@ -21,12 +26,32 @@ struct FailureHook {
   nexar_failure_fn fn = nullptr;
   void *user_data = nullptr;
 };
+// A thread joined when it goes away.
+struct JoinedThread {
+  std::thread thread;
+  JoinedThread() = default;
+  JoinedThread(JoinedThread &&) = default;
+  JoinedThread &operator=(JoinedThread &&) = default;
+  ~JoinedThread() { join(); }
+  void join() {
+    if (thread.joinable()) thread.join();
+  }
+};
 }  // namespace nexar::capi
 
 struct nexar_comm {
+  nexar_comm() = default;
+  explicit nexar_comm(std::unique_ptr<nexar::Communicator> c) : impl(std::move(c)) {}
   std::unique_ptr<nexar::Communicator> impl;
   std::unique_ptr<nexar::capi::FailureHook> failure_hook =
       std::make_unique<nexar::capi::FailureHook>();
+  // The elastic seed's link (nexar_comm_pending_joins, nexar_comm_grow), shared
+  // with the communicators shrunk or grown from this one; null when not elastic.
+  std::shared_ptr<nexar::ElasticLink> elastic;
+  uint64_t grows = 0;  // grows started on this communicator (the same at every member)
+  // A grow with a completion callback runs on this thread. Last: joined
+  // before the communicator goes away.
+  nexar::capi::JoinedThread grow_thread;
 };
 
 namespace nexar::capi {

@@ -39,6 +39,8 @@ Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size) {
   full.topology = d.topology;
   full.shm = d.shm;
   full.shm_max_bytes = d.shm_max_bytes;
+  full.elastic = d.elastic ? 1 : 0;
+  full.join_timeout_ms = d.join_timeout_ms;
 
   Status s;
   if (!(s = env_seconds_ms("NEXAR_COLLECTIVE_TIMEOUT_SECS", &full.collective_timeout_ms))) return s;
@@ -97,6 +99,15 @@ Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size) {
   if (!(s = env_u32("NEXAR_WORLD_SIZE", &full.world_size))) return s;
   if (const char *v = env("NEXAR_TOPOLOGY"))
     if (!(s = parse_topology(v, &full.topology))) return s;
+  if (const char *v = env("NEXAR_ELASTIC")) {
+    if (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0)
+      full.elastic = 1;
+    else if (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0)
+      full.elastic = 0;
+    else
+      return error(NEXAR_ERR_INVALID_ARGUMENT, format("NEXAR_ELASTIC=%s: expected 0 or 1", v));
+  }
+  if (!(s = env_seconds_ms("NEXAR_JOIN_TIMEOUT_SECS", &full.join_timeout_ms))) return s;
 
   memcpy(opts, &full, full.struct_size);
   return {};
@@ -138,6 +149,8 @@ Status config_from_options(const nexar_comm_options_t *opts, Config *out) {
   if (HAS_FIELD(n, topology)) c.topology = opts->topology;
   if (HAS_FIELD(n, shm)) c.shm = opts->shm;
   if (HAS_FIELD(n, shm_max_bytes)) c.shm_max_bytes = opts->shm_max_bytes;
+  if (HAS_FIELD(n, elastic)) c.elastic = opts->elastic != 0;
+  if (HAS_FIELD(n, join_timeout_ms)) c.join_timeout_ms = opts->join_timeout_ms;
 
   if (c.completion_mode > NEXAR_COMPLETION_POLLED)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
@@ -146,7 +159,7 @@ Status config_from_options(const nexar_comm_options_t *opts, Config *out) {
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  format("pool_profile %u is not valid", c.pool_profile));
   if (c.collective_timeout_ms == 0 || c.barrier_timeout_ms == 0 || c.p2p_timeout_ms == 0 ||
-      c.connect_timeout_ms == 0 || c.rpc_timeout_ms == 0)
+      c.connect_timeout_ms == 0 || c.rpc_timeout_ms == 0 || c.join_timeout_ms == 0)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  "timeouts must be greater than zero (every wait is bounded)");
   if (c.heartbeat_interval_ms == 0 || c.heartbeat_timeout_ms < c.heartbeat_interval_ms)

@@ -49,6 +49,15 @@ nexar::Status seed_options_from_env(nexar_seed_options_t *opts, size_t struct_si
   full.cluster_token = env("NEXAR_CLUSTER_TOKEN");
   full.token_file = env("NEXAR_CLUSTER_TOKEN_FILE");
   full.ca_dir = env("NEXAR_SEED_CA_DIR");
+  if (const char *v = env("NEXAR_SEED_ELASTIC")) {
+    if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"))
+      full.elastic = 1;
+    else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no"))
+      full.elastic = 0;
+    else
+      return error(NEXAR_ERR_INVALID_ARGUMENT, format("NEXAR_SEED_ELASTIC=%s: expected 0 or 1", v));
+  }
+  if (!(s = nexar::env_u32("NEXAR_MAX_WORLD_SIZE", &full.max_world_size))) return s;
   memcpy(opts, &full, full.struct_size);
   return {};
 }
@@ -92,6 +101,8 @@ NEXAR_API nexar_status_t nexar_seed_start(nexar_seed_t **out, const nexar_seed_o
     if (HAS_SEED_FIELD(n, ca_dir)) cfg.ca_dir = str(opts->ca_dir);
     if (HAS_SEED_FIELD(n, formation_timeout_ms))
       cfg.formation_timeout_ms = opts->formation_timeout_ms;
+    if (HAS_SEED_FIELD(n, elastic)) cfg.elastic = opts->elastic != 0;
+    if (HAS_SEED_FIELD(n, max_world_size)) cfg.max_world_size = opts->max_world_size;
     if (HAS_SEED_FIELD(n, event_user_data) && opts->on_event) {
       nexar_seed_event_fn fn = opts->on_event;
       void *ud = opts->event_user_data;

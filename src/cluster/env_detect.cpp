@@ -230,7 +230,8 @@ Status detect_environment(const EnvLookup &get, EnvPlan *out) {
                    notes);
 }
 
-Status init_from_env(Config cfg, std::unique_ptr<Communicator> *out) {
+Status init_from_env(Config cfg, std::unique_ptr<Communicator> *out,
+                     std::unique_ptr<SeedClient> *seed_link) {
   EnvPlan plan;
   Status s = detect_environment(
       [](const char *name) -> const char * {
@@ -277,7 +278,7 @@ Status init_from_env(Config cfg, std::unique_ptr<Communicator> *out) {
                                   plan.detail.c_str(), s.message.c_str()));
     cfg.seed_address = seed->address();
   }
-  s = join_cluster(cfg, out);
+  s = join_cluster(cfg, out, seed ? nullptr : seed_link);
   if (seed) {
     // The others may still be forming their meshes: keep the seed until they
     // all report, within the connect timeout.

@@ -24,6 +24,7 @@
 #include "core/status.h"
 
 namespace nexar {
+class SeedClient;
 
 struct EnvPlan {
   std::string source;        // "NEXAR_SEED", "torchrun", "Open MPI", "PMI", "Slurm"
@@ -47,6 +48,7 @@ uint16_t port_from_job_id(const std::string &job_id);
 
 // Joins the world the environment describes, with cfg (defaults, NEXAR_*
 // variables) as the base of the configuration.
-Status init_from_env(Config cfg, std::unique_ptr<Communicator> *out);
+Status init_from_env(Config cfg, std::unique_ptr<Communicator> *out,
+                     std::unique_ptr<SeedClient> *seed_link = nullptr);
 
 }  // namespace nexar

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "cluster/interface_select.h"
@@ -186,11 +188,18 @@ Status SeedClient::join(const SocketAddress &seed, const SocketAddress &local,
   uint64_t welcome_deadline;
   {
     std::lock_guard<std::mutex> g(mu_);
-    welcome_deadline = deadline_after(formation_ms_left_ + kWelcomeMarginMs);
+    welcome_deadline = running_world_ ? deadline_after(cfg_.join_timeout_ms)
+                                      : deadline_after(formation_ms_left_ + kWelcomeMarginMs);
   }
-  if (!wait_until(welcome_deadline, [&] { return stage_ != Stage::Requested; }))
+  if (!wait_until(welcome_deadline, [&] { return stage_ != Stage::Requested; })) {
+    if (running_world_)
+      return error(NEXAR_ERR_TIMEOUT,
+                   format("waited %.0f s at the elastic seed at %s: no member grew the world "
+                          "(join_timeout_ms, NEXAR_JOIN_TIMEOUT_SECS)",
+                          cfg_.join_timeout_ms / 1e3, seed.to_string().c_str()));
     return error(NEXAR_ERR_TIMEOUT, format("the seed at %s did not complete the world in time",
                                            seed.to_string().c_str()));
+  }
   bool told;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -249,6 +258,10 @@ void SeedClient::close() {
       on_failure_ = nullptr;
       if (stage_ != Stage::Failed) stage_ = Stage::Closed;
     }
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      wake_ = nullptr;
+    }
     if (endpoint_) endpoint_->shutdown(error(NEXAR_ERR_CLOSED, "worker left the seed"));
   });
   loop_.stop();
@@ -304,7 +317,15 @@ void SeedClient::handle_challenge(const wire::JoinChallenge &ch) {
               format("the seed at %s asks for unknown authentication %u", where.c_str(), ch.auth)),
         true);
   }
-  if (request_.world_size != 0 && ch.world_size != request_.world_size)
+  // A seed that formed its world already says size 0: it takes joiners only.
+  running_world_ = ch.world_size == 0;
+  if (running_world_ && !cfg_.elastic)
+    return fail(error(NEXAR_ERR_INVALID_ARGUMENT,
+                      format("the seed at %s runs a formed world and takes elastic joiners only; "
+                             "set NEXAR_ELASTIC=1 (opts->elastic = 1) to join it",
+                             where.c_str())),
+                true);
+  if (!running_world_ && request_.world_size != 0 && ch.world_size != request_.world_size)
     return fail(error(NEXAR_ERR_INVALID_ARGUMENT,
                       format("this worker expects a world of %u ranks, the seed at %s forms one "
                              "of %u",
@@ -325,33 +346,52 @@ void SeedClient::on_control(QuicConnection *c, std::span<const uint8_t> message)
     return;
   }
   Stage st;
+  bool settled;
   {
     std::lock_guard<std::mutex> g(mu_);
     st = stage_;
+    settled = settled_;
   }
   std::visit(
       [&](const auto &m) {
         using T = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<T, wire::JoinChallenge>) {
-          if (st == Stage::Challenged) handle_challenge(m);
+        if constexpr (std::is_same_v<T, wire::PendingJoins>) {
+          pending_.store(m.count);
+        } else if constexpr (std::is_same_v<T, wire::Welcome>) {
+          if (!settled) {
+            if (st != Stage::Requested) return;
+            std::lock_guard<std::mutex> g(mu_);
+            welcome_ = m;
+            stage_ = Stage::Welcomed;
+            cv_.notify_all();
+            return;
+          }
+          Word w;
+          w.kind = Word::Welcome;
+          w.welcome = m;
+          push_word(std::move(w));
         } else if constexpr (std::is_same_v<T, wire::JoinAdmitted>) {
+          if (settled) {
+            Word w;
+            w.kind = Word::Requeued;
+            push_word(std::move(w));
+            return;
+          }
           std::lock_guard<std::mutex> g(mu_);
           admitted_ = m.joined;
           LOG_DEBUG("admitted by the seed (%u of %u workers joined)", m.joined, m.world_size);
-        } else if constexpr (std::is_same_v<T, wire::Welcome>) {
-          if (st != Stage::Requested) return;
-          std::lock_guard<std::mutex> g(mu_);
-          welcome_ = m;
-          stage_ = Stage::Welcomed;
-          cv_.notify_all();
         } else if constexpr (std::is_same_v<T, wire::JoinError>) {
-          const nexar_status_t code = is_known_error(m.status) ? m.status : NEXAR_ERR_PROTOCOL;
-          // A seed's reason can list many ranks: whole, but on one line.
-          std::string msg = log::one_line(m.reason, wire::kMaxStringLen);
-          if (st != Stage::Welcomed && code != NEXAR_ERR_PEER_FAILED && code != NEXAR_ERR_TIMEOUT)
-            msg = format("the seed at %s refused this worker: %s", seed_.to_string().c_str(),
-                         msg.c_str());
-          fail(error(code, msg, m.failed_rank), false);
+          if (settled) {
+            const nexar_status_t code = is_known_error(m.status) ? m.status : NEXAR_ERR_PROTOCOL;
+            Word w;
+            w.kind = Word::Error;
+            w.error = error(code, log::one_line(m.reason, wire::kMaxStringLen), m.failed_rank);
+            push_word(std::move(w));
+            return;
+          }
+          fail_from_seed(m, st);
+        } else if constexpr (std::is_same_v<T, wire::JoinChallenge>) {
+          if (st == Stage::Challenged) handle_challenge(m);
         } else {
           c->close(1, error(NEXAR_ERR_PROTOCOL,
                             format("unexpected %s from the seed", std::string(T::kName).c_str())));
@@ -365,15 +405,94 @@ MessageSink *SeedClient::on_message(QuicConnection *c, int64_t, const wire::Fram
   return nullptr;
 }
 
+void SeedClient::fail_from_seed(const wire::JoinError &m, Stage st) {
+  const nexar_status_t code = is_known_error(m.status) ? m.status : NEXAR_ERR_PROTOCOL;
+  // A seed's reason can list many ranks: whole, but on one line.
+  std::string msg = log::one_line(m.reason, wire::kMaxStringLen);
+  if (st != Stage::Welcomed && code != NEXAR_ERR_PEER_FAILED && code != NEXAR_ERR_TIMEOUT)
+    msg = format("the seed at %s refused this worker: %s", seed_.to_string().c_str(), msg.c_str());
+  fail(error(code, msg, m.failed_rank), false);
+}
+
+void SeedClient::push_word(Word w) {
+  std::function<void()> wake;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    words_.push_back(std::move(w));
+    wake = wake_;
+    cv_.notify_all();
+  }
+  if (wake) wake();
+}
+
+void SeedClient::settle() {
+  std::lock_guard<std::mutex> g(mu_);
+  settled_ = true;
+  on_failure_ = nullptr;
+}
+
+void SeedClient::on_word(std::function<void()> wake) {
+  std::lock_guard<std::mutex> g(mu_);
+  wake_ = std::move(wake);
+}
+
+void SeedClient::drop_words() {
+  std::lock_guard<std::mutex> g(mu_);
+  words_.clear();
+}
+
+bool SeedClient::has_word() {
+  std::lock_guard<std::mutex> g(mu_);
+  return !words_.empty();
+}
+
+bool SeedClient::seed_gone() {
+  std::lock_guard<std::mutex> g(mu_);
+  return gone_;
+}
+
+bool SeedClient::next_word(uint64_t deadline_ns, Word *out) {
+  if (!wait_until(deadline_ns, [&] { return !words_.empty() || gone_; })) return false;
+  std::lock_guard<std::mutex> g(mu_);
+  if (words_.empty()) {
+    out->kind = Word::Gone;
+    return true;
+  }
+  *out = std::move(words_.front());
+  words_.pop_front();
+  return true;
+}
+
+void SeedClient::request_grow(const wire::GrowRequest &req) {
+  loop_.run_sync([&] { send(req); });
+}
+
 void SeedClient::on_closed(QuicConnection *c, const Status &why) {
   if (c == conn_) {
     conn_ = nullptr;
     Stage st;
+    bool settled;
     {
       std::lock_guard<std::mutex> g(mu_);
       st = stage_;
+      settled = settled_;
     }
-    if (st == Stage::Welcomed) {
+    if (settled) {
+      if (st != Stage::Closed)  // not this worker's own close
+        LOG_WARN(
+            "lost the connection to the elastic seed at %s: %s; the world goes on, but it "
+            "cannot grow",
+            seed_.to_string().c_str(), why.message.c_str());
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        gone_ = true;
+      }
+      Word w;
+      w.kind = Word::Gone;
+      w.error = error(NEXAR_ERR_CLOSED, format("the elastic seed at %s is gone (%s)",
+                                               seed_.to_string().c_str(), why.message.c_str()));
+      push_word(std::move(w));
+    } else if (st == Stage::Welcomed) {
       // The seed is not needed to form the mesh: note it and carry on.
       LOG_DEBUG("connection to the seed closed: %s", why.message.c_str());
     } else if (st == Stage::Connecting) {
@@ -439,7 +558,70 @@ Status accept_welcome(const wire::Welcome &w, gnutls_x509_privkey_t key,
 
 // ---- join_cluster -----------------------------------------------------------------
 
-Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out) {
+Status bind_worker_socket(const Config &cfg, const SocketAddress &seed, int *fd,
+                          SocketAddress *bound, SocketAddress *advertised) {
+  ListenChoice choice;
+  Status s = choose_listen_address(cfg, seed, &choice);
+  if (!s) return s;
+  FdGuard guard;
+  if (!(s = bind_udp(choice.bind, &guard.fd, bound))) return s;
+  if (!(s = advertised_address(cfg, *bound, seed, advertised))) return s;
+  LOG_INFO("listening on %s (chosen by %s), advertising %s", bound->to_string().c_str(),
+           choice.how.c_str(), advertised->to_string().c_str());
+  *fd = guard.release();
+  return {};
+}
+
+Status form_welcomed(const Config &cfg, const wire::Welcome &welcome, gnutls_x509_privkey_t key,
+                     const SocketAddress &advertised, int32_t asked_rank, int fd, SeedClient &seed,
+                     bool settled, std::unique_ptr<Communicator> *out) {
+  JoinTicket t;
+  Status s = accept_welcome(welcome, key, advertised, asked_rank, &t);
+  if (!s) {
+    seed.report_error(s);
+    return s;
+  }
+  LOG_INFO("rank %u of %u in cluster %016llx (CA sha256:%s)", t.rank, t.world_size,
+           static_cast<unsigned long long>(t.cluster_id), t.ca_fingerprint.c_str());
+  // The mesh, on a copy of the bound socket: it stays bound for another attempt.
+  const int copy = ::dup(fd);
+  if (copy < 0)
+    return error(NEXAR_ERR_IO, format("dup of the worker's socket: %s", strerror(errno)));
+  auto rank_client =
+      make_client(Client::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
+  if (!(s = rank_client->start_on(copy))) return s;
+  auto mesh = std::make_shared<MeshFormation>(rank_client);
+  std::weak_ptr<MeshFormation> weak = mesh;
+  if (settled) {
+    // Any news from the seed (a new welcome, an error) ends this attempt.
+    seed.on_word([weak] {
+      if (auto m = weak.lock())
+        m->fail(error(NEXAR_ERR_ABORTED, "the elastic seed changed the world being formed"));
+    });
+  } else {
+    seed.on_failure([weak](const Status &why) {
+      if (auto m = weak.lock()) m->fail(why);
+    });
+  }
+  s = mesh->start(t.peers);
+  if (s) s = mesh->wait();
+  if (settled) seed.on_word(nullptr);
+  if (!s) {
+    if (!settled || !seed.has_word()) seed.report_error(s);
+    mesh.reset();
+    rank_client->shutdown();
+    return s;
+  }
+  seed.report_ready(t.rank);
+  std::vector<uint32_t> identity(t.world_size);
+  for (uint32_t r = 0; r < t.world_size; ++r)
+    identity[r] = r;
+  *out = std::make_unique<Communicator>(rank_client, 0, t.rank, identity, true);
+  return {};
+}
+
+Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out,
+                    std::unique_ptr<SeedClient> *seed_link) {
   if (cfg.seed_address.empty())
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  "no seed address: set NEXAR_SEED=host:port or opts->seed_address");
@@ -452,14 +634,9 @@ Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out) {
     return error(s.code, "seed address: " + s.message);
 
   // 1. This worker's socket, bound before anything else so its address is known.
-  ListenChoice choice;
-  if (!(s = choose_listen_address(cfg, seed, &choice))) return s;
   FdGuard fd;
   SocketAddress bound, advertised;
-  if (!(s = bind_udp(choice.bind, &fd.fd, &bound))) return s;
-  if (!(s = advertised_address(cfg, bound, seed, &advertised))) return s;
-  LOG_INFO("listening on %s (chosen by %s), advertising %s", bound.to_string().c_str(),
-           choice.how.c_str(), advertised.to_string().c_str());
+  if (!(s = bind_worker_socket(cfg, seed, &fd.fd, &bound, &advertised))) return s;
   if (token.empty() && !seed.is_loopback())
     LOG_WARN("joining the seed at %s without a cluster token: neither side is authenticated",
              seed.to_string().c_str());
@@ -471,7 +648,7 @@ Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out) {
   if (!(s = make_csr_pem(key.get(), &csr))) return s;
 
   // 3. The seed.
-  SeedClient client(cfg, token);
+  auto client = std::make_unique<SeedClient>(cfg, token);
   wire::JoinRequest req;
   req.protocol_version = join::kProtocolVersion;
   req.rank = cfg.rank;
@@ -483,40 +660,48 @@ Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out) {
   SocketAddress local = bound;
   set_port(&local, 0);
   wire::Welcome welcome;
-  if (!(s = client.join(seed, local, std::move(req), &welcome))) return s;
-  JoinTicket t;
-  if (!(s = accept_welcome(welcome, key.get(), advertised, cfg.rank, &t))) {
-    client.report_error(s);
-    return s;
-  }
-  LOG_INFO("rank %u of %u in cluster %016llx (CA sha256:%s)", t.rank, t.world_size,
-           static_cast<unsigned long long>(t.cluster_id), t.ca_fingerprint.c_str());
+  if (!(s = client->join(seed, local, std::move(req), &welcome))) return s;
 
-  // 4. The mesh, on the socket bound in step 1.
-  auto rank_client =
-      make_client(Client::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
-  if (!(s = rank_client->start_on(fd.release()))) return s;
-  auto mesh = std::make_shared<MeshFormation>(rank_client);
-  std::weak_ptr<MeshFormation> weak = mesh;
-  client.on_failure([weak](const Status &why) {
-    if (auto m = weak.lock()) m->fail(why);
-  });
-  s = mesh->start(t.peers);
-  if (s) s = mesh->wait();
+  // 4. The mesh, on the socket bound in step 1. A joiner of a running world
+  // may be welcomed again (a joiner of the same grow was lost) or sent back
+  // to wait (a member was lost): it tries again until join_timeout_ms.
+  const bool running = client->joins_running_world();
+  if (running) client->settle();
+  const uint64_t deadline = deadline_after(cfg.join_timeout_ms);
+  for (;;) {
+    s = form_welcomed(cfg, welcome, key.get(), advertised, running ? -1 : cfg.rank, fd.fd, *client,
+                      running, out);
+    if (s || !running || !client->has_word()) break;
+    SeedClient::Word w;
+    bool retry = false;
+    while (!retry) {
+      if (!client->next_word(deadline, &w)) {
+        s = error(NEXAR_ERR_TIMEOUT, format("waited %.0f s at the elastic seed at %s: no member "
+                                            "grew the world (NEXAR_JOIN_TIMEOUT_SECS)",
+                                            cfg.join_timeout_ms / 1e3, seed.to_string().c_str()));
+        break;
+      }
+      if (w.kind == SeedClient::Word::Welcome) {
+        welcome = std::move(w.welcome);
+        retry = true;
+      } else if (w.kind != SeedClient::Word::Requeued) {
+        s = w.error.ok() ? error(NEXAR_ERR_CLOSED, "the elastic seed is gone") : w.error;
+        break;
+      }
+    }
+    if (!retry) break;
+  }
   if (!s) {
-    client.report_error(s);
-    client.close();
-    mesh.reset();
-    rank_client->shutdown();
+    client->close();
     return s;
   }
-  client.report_ready(t.rank);
-  client.close();
-  std::vector<uint32_t> identity(t.world_size);
-  for (uint32_t r = 0; r < t.world_size; ++r)
-    identity[r] = r;
-  *out = std::make_unique<Communicator>(rank_client, 0, t.rank, identity, true);
-  LOG_INFO("rank %u joined a world of %u through the seed at %s", t.rank, t.world_size,
+  if (cfg.elastic && seed_link) {
+    client->settle();
+    *seed_link = std::move(client);
+  } else {
+    client->close();
+  }
+  LOG_INFO("rank %u joined a world of %u through the seed at %s", (*out)->rank(), (*out)->size(),
            seed.to_string().c_str());
   return {};
 }

@@ -13,7 +13,9 @@
 // ends at once with that error instead of running into the connect timeout.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -30,7 +32,25 @@
 
 namespace nexar {
 
-Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out);
+class SeedClient;
+
+// Joins through the seed at cfg.seed_address. With cfg.elastic, *seed_link
+// (when not null) receives the connection to the seed, kept open for
+// elastic membership (cluster/elastic_link.h).
+Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out,
+                    std::unique_ptr<SeedClient> *seed_link = nullptr);
+
+// Binds this worker's UDP socket (interface_select.h) and picks the address
+// its peers dial; *fd is the caller's.
+Status bind_worker_socket(const Config &cfg, const SocketAddress &seed, int *fd,
+                          SocketAddress *bound, SocketAddress *advertised);
+
+// Forms this worker's mesh in the world a Welcome describes, on a copy of fd
+// (fd stays bound for another attempt), and tells the seed. settled: the
+// seed's news ends the attempt (SeedClient::on_word), else its failures do.
+Status form_welcomed(const Config &cfg, const wire::Welcome &welcome, gnutls_x509_privkey_t key,
+                     const SocketAddress &advertised, int32_t asked_rank, int fd, SeedClient &seed,
+                     bool settled, std::unique_ptr<Communicator> *out);
 
 // What a verified Welcome gives a worker.
 struct JoinTicket {
@@ -67,6 +87,34 @@ class SeedClient : public ConnectionHandler {
   // Closes the connection and stops the thread (idempotent).
   void close();
 
+  // ---- Elastic membership, once this worker is in a world ----
+  // What the seed says after settle(), in order.
+  struct Word {
+    enum Kind { Welcome, Error, Requeued, Gone } kind = Gone;
+    wire::Welcome welcome;
+    Status error;
+  };
+  // From now on the seed's messages are words (next_word), and wake (any
+  // thread may replace it; nullptr removes it) runs on the client's thread
+  // at each one, so that a mesh forming can stop.
+  void settle();
+  void on_word(std::function<void()> wake);
+  // Forgets words not read yet (before a new request).
+  void drop_words();
+  // The next word, waiting until deadline_ns; false on timeout.
+  bool next_word(uint64_t deadline_ns, Word *out);
+  // Whether a word waits to be read.
+  bool has_word();
+  // Joiners waiting at the seed, as it last said (any thread).
+  uint32_t pending_joins() const { return pending_.load(); }
+  // The seed's connection is gone (any thread).
+  bool seed_gone();
+  // Sends a grow request (any thread).
+  void request_grow(const wire::GrowRequest &req);
+  // This worker joins a running world (the seed formed it already).
+  bool joins_running_world() const { return running_world_; }
+  const SocketAddress &seed_address() const { return seed_; }
+
   // ConnectionHandler (loop thread)
   void on_handshake_done(QuicConnection *c, const NodeIdentity &) override;
   void on_control(QuicConnection *c, std::span<const uint8_t> message) override;
@@ -82,6 +130,7 @@ class SeedClient : public ConnectionHandler {
 
   void send(const wire::ControlMessage &m, SendListener *listener = nullptr);
   void handle_challenge(const wire::JoinChallenge &ch);
+  void fail_from_seed(const wire::JoinError &m, Stage st);
   void fail(const Status &s, bool tell_seed);
   template <class Pred>
   bool wait_until(uint64_t deadline_ns, Pred pred);
@@ -105,6 +154,15 @@ class SeedClient : public ConnectionHandler {
   bool told_seed_ = false;
   bool handshook_ = false;
   Status early_failure_;  // reported after the welcome, before on_failure()
+
+  // Elastic, guarded by mu_.
+  bool settled_ = false;
+  bool gone_ = false;
+  std::deque<Word> words_;
+  std::function<void()> wake_;
+  std::atomic<uint32_t> pending_{0};
+  std::atomic<bool> running_world_{false};
+  void push_word(Word w);
 
   // Loop thread only.
   QuicConnection *conn_ = nullptr;

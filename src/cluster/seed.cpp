@@ -75,6 +75,11 @@ Status Seed::start(SeedConfig cfg, std::unique_ptr<Seed> *out) {
                  format("seed: formation timeout %llu ms is not in 1..%llu ms",
                         static_cast<unsigned long long>(cfg.formation_timeout_ms),
                         static_cast<unsigned long long>(join::kMaxFormationMs)));
+  if (cfg.max_world_size > kMaxWorld ||
+      (cfg.max_world_size != 0 && cfg.max_world_size < cfg.world_size))
+    return error(NEXAR_ERR_INVALID_ARGUMENT,
+                 format("seed: max world size %u is not in %u..%u (or 0)", cfg.max_world_size,
+                        cfg.world_size, kMaxWorld));
   SocketAddress listen;
   Status s = SocketAddress::parse(cfg.listen_address, &listen);
   if (!s) return error(s.code, "seed: listen address: " + s.message);
@@ -201,7 +206,7 @@ void Seed::on_handshake_done(QuicConnection *c, const NodeIdentity &) {
   const size_t waiting = count(Member::State::Waiting);
   members_.push_back(std::move(m));
   by_conn_[c] = raw;
-  if (phase_ != Phase::Admitting) {
+  if (phase_ != Phase::Admitting && !admits_joiners()) {
     refuse_late(raw);
     return;
   }
@@ -230,7 +235,7 @@ void Seed::challenge_waiting() {
   // Oldest first: members_ is in arrival order.
   for (auto &m : members_) {
     if (!m->conn || m->state != Member::State::Waiting) continue;
-    if (phase_ != Phase::Admitting) {
+    if (phase_ != Phase::Admitting && !admits_joiners()) {
       refuse_late(m.get());
       continue;
     }
@@ -253,9 +258,15 @@ void Seed::challenge(Member *m) {
   ch.protocol_version = join::kProtocolVersion;
   ch.auth = cfg_.token.empty() ? join::kAuthOpen : join::kAuthToken;
   if (!cfg_.token.empty()) ch.seed_proof = join::proof(cfg_.token, m->secret, "seed");
-  ch.world_size = cfg_.world_size;
-  const double left = ev_timer_remaining(loop_.raw(), &formation_timer_);
-  ch.formation_ms_left = left > 0 ? static_cast<uint64_t>(left * 1000) : 0;
+  if (admits_joiners()) {
+    // A joiner of a running world: no size to expect, its own join timeout.
+    ch.world_size = 0;
+    ch.formation_ms_left = join::kMaxFormationMs;
+  } else {
+    ch.world_size = cfg_.world_size;
+    const double left = ev_timer_remaining(loop_.raw(), &formation_timer_);
+    ch.formation_ms_left = left > 0 ? static_cast<uint64_t>(left * 1000) : 0;
+  }
   send(c, ch);
   LOG_DEBUG("join connection from %s", m->remote.to_string().c_str());
 }
@@ -276,7 +287,17 @@ void Seed::on_control(QuicConnection *c, std::span<const uint8_t> message) {
           handle_request(m, msg);
         } else if constexpr (std::is_same_v<T, wire::MeshReady>) {
           handle_ready(m, msg);
+        } else if constexpr (std::is_same_v<T, wire::GrowRequest>) {
+          handle_grow(m, msg);
         } else if constexpr (std::is_same_v<T, wire::JoinError>) {
+          if (m->round != 0) {
+            // A participant of a grow could not form the grown mesh.
+            if (Round *r = round_of(m))
+              fail_round(r, is_known_error(msg.status) ? msg.status : NEXAR_ERR_PROTOCOL, -1,
+                         format("%s could not form the grown mesh: %s", m->describe().c_str(),
+                                log::one_line(msg.reason).c_str()));
+            return;
+          }
           if (m->state == Member::State::Welcomed) {
             // Its mesh could not form (typically: another rank is gone).
             m->state = Member::State::Reported;
@@ -348,7 +369,7 @@ void Seed::handle_request(Member *m, const wire::JoinRequest &req) {
   }
   m->req = req;
   m->req.csr_pem.clear();  // kept below only if admitted
-  if (phase_ != Phase::Admitting) return refuse_late(m);
+  if (phase_ != Phase::Admitting && !admits_joiners()) return refuse_late(m);
   if (req.protocol_version != join::kProtocolVersion)
     return refuse(m, NEXAR_ERR_PROTOCOL,
                   format("the worker speaks join protocol %u, this seed %u", req.protocol_version,
@@ -361,6 +382,18 @@ void Seed::handle_request(Member *m, const wire::JoinRequest &req) {
     return refuse(m, NEXAR_ERR_AUTH,
                   "this seed has no cluster token and admits only workers on its own host; set "
                   "the same NEXAR_CLUSTER_TOKEN on the seed and the workers");
+  }
+  if (admits_joiners()) {
+    // A joiner of the running world: its rank and size come with the grow.
+    SocketAddress adv;
+    if (!SocketAddress::parse_numeric(req.advertise_address, &adv))
+      return refuse(m, NEXAR_ERR_INVALID_ARGUMENT,
+                    format("advertised address '%s' is not a numeric ip:port",
+                           log::one_line(req.advertise_address).c_str()));
+    Status s = ClusterCa::check_csr(req.csr_pem);
+    if (!s) return refuse(m, s.code, s.message);
+    m->req.csr_pem = req.csr_pem;
+    return admit_joiner(m);
   }
   if (req.world_size != 0 && req.world_size != cfg_.world_size)
     return refuse(m, NEXAR_ERR_INVALID_ARGUMENT,
@@ -453,6 +486,7 @@ void Seed::complete() {
 }
 
 void Seed::handle_ready(Member *m, const wire::MeshReady &r) {
+  if (m->round != 0) return round_ready(m, r);
   if (m->state != Member::State::Welcomed || r.rank != m->rank) {
     m->conn->close(1, error(NEXAR_ERR_PROTOCOL, "unexpected MeshReady"));
     return;
@@ -522,6 +556,7 @@ void Seed::on_closed(QuicConnection *c, const Status &why) {
     } else if (prev == Member::State::Challenged) {
       LOG_DEBUG("%s left before joining: %s", m->describe().c_str(), why.message.c_str());
     }
+    if (cfg_.elastic && phase_ == Phase::Formed) elastic_closed(m, prev, lost_reason(c, why));
   }
   endpoint_->retire(c);
   challenge_waiting();
@@ -581,6 +616,7 @@ void Seed::sweep() {
   for (QuicConnection *c : to_close)
     c->close(0, error(NEXAR_ERR_CLOSED, "closed by the seed"));
   challenge_waiting();
+  if (cfg_.elastic) sweep_rounds();
   // Connections that are gone need no record (a stream of bad connections
   // must not grow memory).
   members_.erase(std::remove_if(members_.begin(), members_.end(),

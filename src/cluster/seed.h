@@ -12,6 +12,13 @@
 // A worker that disconnects while the world is forming fails the formation
 // at once: every other worker is told which one (and why), long before the
 // formation timeout.
+//
+// An elastic seed stays up once the world formed (seed_elastic.cpp): it
+// admits joiners the same way (token proof, certificate request) into a
+// bounded pending list, tells every member how many wait, and runs each grow:
+// once every member of the communicator asked for it, it welcomes members and
+// joiners into a grown world under a fresh world id (old certificates are
+// worth nothing there).
 #pragma once
 
 #include <ev.h>
@@ -48,6 +55,8 @@ struct SeedConfig {
   std::string ca_dir;  // empty: an ephemeral CA
   bool open = false;
   uint64_t formation_timeout_ms = 60000;
+  bool elastic = false;         // stay up after formation and admit joiners
+  uint32_t max_world_size = 0;  // grow no world past this; 0 = kMaxWorld
   // Runs on the seed's thread; must not stop the seed.
   std::function<void(const SeedEvent &)> on_event;
 };
@@ -55,6 +64,8 @@ struct SeedConfig {
 class Seed : public ConnectionHandler {
  public:
   static constexpr uint32_t kMaxWorld = 1024;
+  // Joiners an elastic seed holds at once; more are refused.
+  static constexpr size_t kMaxPending = 64;
 
   static Status start(SeedConfig cfg, std::unique_ptr<Seed> *out);
   ~Seed() override;
@@ -81,7 +92,20 @@ class Seed : public ConnectionHandler {
   struct Member {
     // Waiting: connected, for a challenge slot (kMaxChallenged in seed.cpp).
     // Reported: welcomed, then told us its mesh could not form.
-    enum class State { Waiting, Challenged, Admitted, Welcomed, Ready, Reported, Refused, Gone };
+    // Pending: an authenticated joiner of an elastic seed, waiting for a grow.
+    // Growing: a joiner welcomed into a grown world, forming its mesh.
+    enum class State {
+      Waiting,
+      Challenged,
+      Admitted,
+      Welcomed,
+      Ready,
+      Reported,
+      Refused,
+      Gone,
+      Pending,
+      Growing
+    };
     QuicConnection *conn = nullptr;
     SocketAddress remote;
     State state = State::Challenged;
@@ -90,7 +114,23 @@ class Seed : public ConnectionHandler {
     uint32_t rank = UINT32_MAX;
     uint64_t since_ns = 0;
     size_t arrival = 0;
+    uint64_t round = 0;  // the grow it takes part in (elastic), 0 = none
     std::string describe() const;
+  };
+  // One grow of one communicator (elastic): collecting its members'
+  // requests, then forming the grown world.
+  struct Round {
+    uint64_t id = 0;
+    uint64_t world_id = 0, comm_id = 0, grow_seq = 0;  // the communicator's key
+    bool meshing = false;
+    std::vector<Member *> members;  // by rank in the communicator
+    std::vector<Member *> joiners;  // appended ranks, once meshing
+    uint32_t arrived = 0;
+    uint32_t max_new = UINT32_MAX;
+    uint32_t ready = 0;
+    uint64_t deadline_ns = 0;
+    uint64_t new_world = 0;
+    uint64_t started_ns = 0;
   };
   struct Notice : SendListener {
     Seed *seed = nullptr;
@@ -118,6 +158,19 @@ class Seed : public ConnectionHandler {
   void on_formation_timer();
   void sweep();
   Member *member_of(QuicConnection *c);
+  // ---- elastic (seed_elastic.cpp) ----
+  bool admits_joiners() const { return cfg_.elastic && phase_ == Phase::Formed; }
+  void admit_joiner(Member *m);
+  void tell_pending();
+  void handle_grow(Member *m, const wire::GrowRequest &req);
+  void start_round(Round *r);
+  void welcome_round(Round *r);
+  void round_ready(Member *m, const wire::MeshReady &ready);
+  void fail_round(Round *r, nexar_status_t code, int32_t failed_rank, const std::string &reason);
+  void end_round(Round *r);
+  void elastic_closed(Member *m, Member::State prev, const std::string &why);
+  void sweep_rounds();
+  Round *round_of(const Member *m);
   static void formation_timer_cb(struct ev_loop *, ev_timer *w, int);
   static void sweep_timer_cb(struct ev_loop *, ev_timer *w, int);
   static void grace_timer_cb(struct ev_loop *, ev_timer *w, int);
@@ -144,6 +197,8 @@ class Seed : public ConnectionHandler {
   uint32_t admitted_ = 0;
   uint32_t ready_ = 0;
   size_t arrivals_ = 0;
+  std::vector<std::unique_ptr<Round>> rounds_;
+  uint64_t next_round_ = 1;
   ev_timer formation_timer_;
   ev_timer sweep_timer_;
   ev_timer grace_timer_;

@@ -41,6 +41,8 @@ struct Config {
   uint32_t topology = NEXAR_TOPOLOGY_FULL;
   uint32_t shm = NEXAR_SHM_AUTO;
   uint64_t shm_max_bytes = 64ull << 20;
+  bool elastic = false;               // keep the elastic seed's connection; join a running world
+  uint64_t join_timeout_ms = 300000;  // how long a joiner waits to be admitted
   // The algorithms forced for allreduce and broadcast: not option fields,
   // read from NEXAR_ALLREDUCE_ALGO / NEXAR_BROADCAST_ALGO with the options
   // (capi/options.h).

@@ -381,6 +381,54 @@ struct JoinError {
   bool operator==(const JoinError &) const = default;
 };
 
+// ---- Elastic membership: between a member or a joiner and an elastic seed ----
+
+// Seed -> every member: how many authenticated joiners wait to be admitted.
+struct PendingJoins {
+  static constexpr uint8_t kType = 0x26;
+  static constexpr std::string_view kName = "PendingJoins";
+  uint32_t count = 0;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("count", m.count);
+  }
+  bool operator==(const PendingJoins &) const = default;
+};
+
+// Member -> seed: this member's part of a grow of communicator comm_id of
+// world world_id (grow number grow_seq there): its rank and size there, the
+// most joiners it admits, and its address and certificate request in the
+// grown world. The seed answers every member of one grow with a Welcome to
+// the same grown world, or a JoinError.
+struct GrowRequest {
+  static constexpr uint8_t kType = 0x27;
+  static constexpr std::string_view kName = "GrowRequest";
+  uint64_t world_id = 0;
+  uint64_t comm_id = 0;
+  uint64_t grow_seq = 0;
+  uint32_t rank = 0;
+  uint32_t size = 0;
+  uint32_t max_new = 0;
+  uint64_t timeout_ms = 0;
+  std::string advertise_address;
+  std::string csr_pem;
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("world_id", m.world_id);
+    f("comm_id", m.comm_id);
+    f("grow_seq", m.grow_seq);
+    f("rank", m.rank);
+    f("size", m.size);
+    f("max_new", m.max_new);
+    f("timeout_ms", m.timeout_ms);
+    f("advertise_address", m.advertise_address);
+    f("csr_pem", m.csr_pem);
+  }
+  bool operator==(const GrowRequest &) const = default;
+};
+
 // ---- Failures (client/comm_faults.h, client/agreement.h) ----
 
 // A rank declared world rank `rank` failed (silence past the heartbeat
@@ -466,7 +514,7 @@ struct AgreeMsg {
 using ControlMessage =
     std::variant<Hello, HelloAck, Heartbeat, Abort, Goodbye, CollectiveMismatch, JoinChallenge,
                  JoinRequest, JoinAdmitted, Welcome, MeshReady, JoinError, ShmOffer, StallQuery,
-                 StallAnswer, PeerFailed, CommLeft, Revoke, AgreeMsg>;
+                 StallAnswer, PeerFailed, CommLeft, Revoke, AgreeMsg, PendingJoins, GrowRequest>;
 
 // Exactly one of message / error is set.
 struct DecodeResult {

@@ -351,11 +351,16 @@ Status ClusterCa::check_csr(const std::string &csr_pem) {
 }
 
 Status ClusterCa::issue_from_csr(uint32_t rank, const std::string &csr_pem, X509Cert *out) const {
+  return issue_from_csr(rank, csr_pem, cluster_id_, out);
+}
+
+Status ClusterCa::issue_from_csr(uint32_t rank, const std::string &csr_pem, uint64_t world_id,
+                                 X509Cert *out) const {
   std::unique_ptr<gnutls_pubkey_st, PubkeyDeleter> key;
   Status s = load_csr(csr_pem, &key);
   if (!s) return s;
   return issue_leaf(
-      rank, cluster_id_, cert_.get(), key_.get(),
+      rank, world_id, cert_.get(), key_.get(),
       [&](gnutls_x509_crt_t crt) { return gnutls_x509_crt_set_pubkey(crt, key.get()); }, out);
 }
 

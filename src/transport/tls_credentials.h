@@ -60,6 +60,10 @@ class ClusterCa {
   // is checked and only its public key is used (names and extensions in the
   // request are ignored; the CA sets them).
   Status issue_from_csr(uint32_t rank, const std::string &csr_pem, X509Cert *out) const;
+  // The same for a world other than the CA's own (an elastic seed's grown
+  // world): the certificate names world_id, so it is worth nothing elsewhere.
+  Status issue_from_csr(uint32_t rank, const std::string &csr_pem, uint64_t world_id,
+                        X509Cert *out) const;
   // Checks that a request is well formed and self-signed (without signing it).
   static Status check_csr(const std::string &csr_pem);
   gnutls_x509_crt_t cert() const { return cert_.get(); }

@@ -14,6 +14,13 @@
 // With --keep-going the others keep running (a fault-tolerant program can
 // shrink its communicator and go on); every failed rank is still named.
 //
+// With --elastic the seed stays up (an elastic seed) and the ranks run with
+// NEXAR_ELASTIC=1; a rank that dies is replaced, up to --max-restarts times,
+// by a new process that joins the running world (the program admits it with
+// nexar_comm_grow). --min-ranks stops the run when fewer ranks are left and
+// nothing replaces them; --max-ranks bounds the world's growth. The summary
+// line says who died and who replaced them.
+//
 // With --host-file (lines "host [slots=K]"), ranks go to hosts in order; the
 // ranks of this host are started here and, for the others, the command to
 // run is printed for the user's own launcher (ssh, pdsh, a scheduler). The
@@ -77,7 +84,8 @@ void usage(FILE *f) {
   fprintf(f,
           "usage: %s -n N [--host-file F] [--listen HOST:PORT] [--grace SECONDS]\n"
           "                 [--formation-timeout SECONDS] [--bind-to none|core|hwthread]\n"
-          "                 [--keep-going] -- program [args...]\n"
+          "                 [--keep-going] [--elastic [--max-restarts N] [--min-ranks N]\n"
+          "                 [--max-ranks N]] -- program [args...]\n"
           "\n"
           "  -n N                     number of ranks (with --host-file: default = its slots)\n"
           "  --host-file F            lines \"host [slots=K]\"; ranks of other hosts are printed\n"
@@ -93,7 +101,14 @@ void usage(FILE *f) {
           "                           ranks outnumber them; none (default) leaves placement\n"
           "                           to the scheduler\n"
           "  --keep-going             when a rank fails, leave the others running (default:\n"
-          "                           stop them)\n",
+          "                           stop them)\n"
+          "  --elastic                keep an elastic seed up and replace a rank that dies by\n"
+          "                           a new process that joins the running world\n"
+          "  --max-restarts N         with --elastic: replace at most N ranks (default 3)\n"
+          "  --min-ranks N            with --elastic: stop when fewer than N ranks run and\n"
+          "                           none can be replaced (default 1)\n"
+          "  --max-ranks N            with --elastic: the world never grows past N ranks\n"
+          "                           (default -n)\n",
           g_name);
 }
 
@@ -251,7 +266,8 @@ int main(int argc, char **argv) {
   }
   long n = -1;
   double grace = 5.0, formation = -1;
-  bool keep_going = false;
+  bool keep_going = false, elastic = false;
+  long max_restarts = 3, min_ranks = 1, max_ranks = -1;
   std::string host_file, listen;
   nexar_run::BindTo bind_to = nexar_run::BindTo::kNone;
   int i = 1;
@@ -291,6 +307,17 @@ int main(int argc, char **argv) {
       }
     } else if (a == "--keep-going") {
       keep_going = true;
+    } else if (a == "--elastic") {
+      elastic = true;
+    } else if (a == "--max-restarts" || a == "--min-ranks" || a == "--max-ranks") {
+      std::string v = value();
+      char *end = nullptr;
+      const long k = strtol(v.c_str(), &end, 10);
+      if (*end || k < 0 || k > 1024) {
+        fprintf(stderr, "%s: %s %s is not in 0..1024\n", g_name, a.c_str(), v.c_str());
+        return 2;
+      }
+      (a == "--max-restarts" ? max_restarts : a == "--min-ranks" ? min_ranks : max_ranks) = k;
     } else if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
@@ -362,6 +389,12 @@ int main(int argc, char **argv) {
   }
   host_of.resize(static_cast<size_t>(n));
   if (listen.empty()) listen = "127.0.0.1:0";
+  if (max_ranks < 0) max_ranks = n;
+  if (elastic && (max_ranks < n || min_ranks > n)) {
+    fprintf(stderr, "%s: --min-ranks %ld <= -n %ld <= --max-ranks %ld does not hold\n", g_name,
+            min_ranks, n, max_ranks);
+    return 2;
+  }
 
   if (pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) {
     say_errno("pipe");
@@ -394,6 +427,8 @@ int main(int argc, char **argv) {
         formation * 1000.0 < 1.8e19 ? static_cast<uint64_t>(formation * 1000.0) : UINT64_MAX;
   opts.on_event = on_seed_event;
   opts.event_user_data = &progress;
+  opts.elastic = elastic ? 1 : 0;
+  opts.max_world_size = elastic ? static_cast<uint32_t>(max_ranks) : 0;
   nexar_seed_t *seed = nullptr;
   if (const nexar_status_t st = nexar_seed_start(&seed, &opts); st != NEXAR_OK) {
     fprintf(stderr, "%s: cannot start the seed: %s\n", g_name, nexar_last_error_message());
@@ -425,36 +460,26 @@ int main(int argc, char **argv) {
                                                std::to_string(slots.size()) + unit + ")"
                                          : std::string()));
   }
-  uint32_t local_index = 0;
-  for (uint32_t r = 0; r < n; ++r) {
-    const std::string env_prefix = "NEXAR_SEED=" + seed_addr + " NEXAR_RANK=" + std::to_string(r) +
-                                   " NEXAR_WORLD_SIZE=" + std::to_string(n) +
-                                   " NEXAR_CLUSTER_TOKEN=" + token;
-    if (!host_of[r].empty()) {
-      std::string cmd = env_prefix;
-      for (auto &a : program)
-        cmd += " " + shell_quote(a);
-      printf("%s: run on %s: %s\n", g_name, host_of[r].c_str(), cmd.c_str());
-      fflush(stdout);
-      continue;
-    }
+  // Starts a local process labelled `label` (its output's "[rN]"): rank
+  // `rank` of the world being formed, or (-1) a joiner of the running world.
+  auto spawn = [&](uint32_t label, int32_t rank, uint32_t local) -> bool {
     int o[2], e[2];
     if (pipe2(o, O_CLOEXEC) != 0 || pipe2(e, O_CLOEXEC) != 0) {
       say_errno("pipe");
-      return 1;
+      return false;
     }
     Rank rk;
-    rk.rank = r;
+    rk.rank = label;
     rk.pid = fork();
     if (rk.pid < 0) {
       say_errno("fork");
-      return 1;
+      return false;
     }
     if (rk.pid == 0) {
       setpgid(0, 0);
       dup2(o[1], 1);
       dup2(e[1], 2);
-      if (r != 0) {
+      if (rank != 0) {
         int dn = open("/dev/null", O_RDONLY);
         if (dn >= 0) dup2(dn, 0);
       }
@@ -462,16 +487,22 @@ int main(int argc, char **argv) {
       signal(SIGTERM, SIG_DFL);
       signal(SIGHUP, SIG_DFL);
       setenv("NEXAR_SEED", seed_addr.c_str(), 1);
-      setenv("NEXAR_RANK", std::to_string(r).c_str(), 1);
-      setenv("NEXAR_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      if (rank >= 0) {
+        setenv("NEXAR_RANK", std::to_string(rank).c_str(), 1);
+        setenv("NEXAR_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      } else {
+        unsetenv("NEXAR_RANK");
+        unsetenv("NEXAR_WORLD_SIZE");
+      }
+      if (elastic) setenv("NEXAR_ELASTIC", "1", 1);
       setenv("NEXAR_CLUSTER_TOKEN", token.c_str(), 1);
-      setenv("NEXAR_LOCAL_RANK", std::to_string(local_index).c_str(), 1);
+      setenv("NEXAR_LOCAL_RANK", std::to_string(local).c_str(), 1);
       setenv("NEXAR_LOCAL_WORLD_SIZE", std::to_string(local_count).c_str(), 1);
       unsetenv("NEXAR_CLUSTER_TOKEN_FILE");
       if (!slots.empty()) {
-        const cpu_set_t &slot = slots[local_index % slots.size()];
+        const cpu_set_t &slot = slots[local % slots.size()];
         if (sched_setaffinity(0, sizeof slot, &slot) != 0) {
-          fprintf(stderr, "%s: rank %u: cannot bind to CPU %s: %s\n", g_name, r,
+          fprintf(stderr, "%s: rank %u: cannot bind to CPU %s: %s\n", g_name, label,
                   nexar_run::describe_cpus(slot).c_str(), strerror(errno));
           _exit(127);
         }
@@ -491,11 +522,30 @@ int main(int argc, char **argv) {
     rk.err = e[0];
     rk.running = true;
     ranks.push_back(std::move(rk));
+    return true;
+  };
+  uint32_t local_index = 0;
+  for (uint32_t r = 0; r < n; ++r) {
+    const std::string env_prefix = "NEXAR_SEED=" + seed_addr + " NEXAR_RANK=" + std::to_string(r) +
+                                   " NEXAR_WORLD_SIZE=" + std::to_string(n) +
+                                   " NEXAR_CLUSTER_TOKEN=" + token;
+    if (!host_of[r].empty()) {
+      std::string cmd = env_prefix;
+      for (auto &a : program)
+        cmd += " " + shell_quote(a);
+      printf("%s: run on %s: %s\n", g_name, host_of[r].c_str(), cmd.c_str());
+      fflush(stdout);
+      continue;
+    }
+    if (!spawn(r, static_cast<int32_t>(r), local_index)) return 1;
     ++local_index;
   }
 
   // Watch: output, exits, formation, signals.
   const auto started = std::chrono::steady_clock::now();
+  long restarts = 0;
+  uint32_t next_label = static_cast<uint32_t>(n);
+  std::vector<std::string> history;  // elastic: who died, who replaced them
   int failed_rank = -1, failed_status = 0;
   uint32_t stopped = 0, failures = 0;
   bool stopping = false, killed = false, seed_stopped = false, announced = false;
@@ -557,7 +607,37 @@ int main(int argc, char **argv) {
       rk.running = false;
       rk.status = st;
       const bool bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-      if (bad && keep_going && !stopping) {
+      if (bad && elastic && !stopping) {
+        const std::string who = "rank " + std::to_string(rk.rank) + " (pid " +
+                                std::to_string(rk.pid) + ") " + describe_status(st);
+        ++failures;
+        if (restarts < max_restarts) {
+          ++restarts;
+          const uint32_t label = next_label++;
+          if (!spawn(label, -1, local_index++)) return 1;
+          const std::string what = who + "; replaced by r" + std::to_string(label) + " (pid " +
+                                   std::to_string(ranks.back().pid) + "), restart " +
+                                   std::to_string(restarts) + " of " + std::to_string(max_restarts);
+          out.note(what);
+          history.push_back(what);
+        } else {
+          history.push_back(who + ", not replaced");
+          long live = 0;
+          for (auto &o : ranks)
+            live += o.running ? 1 : 0;
+          if (live < min_ranks) {
+            failed_rank = static_cast<int>(rk.rank);
+            failed_status = st;
+            out.note(who + "; " + std::to_string(live) + " rank(s) left, fewer than --min-ranks " +
+                     std::to_string(min_ranks) + " and no restart left: stopping");
+            begin_stop();
+          } else {
+            out.note(who + "; no restart left (--max-restarts " + std::to_string(max_restarts) +
+                     "), the others go on");
+          }
+        }
+        break;  // ranks may have grown: iterate again on the next round
+      } else if (bad && keep_going && !stopping) {
         if (failed_rank < 0) {
           failed_rank = static_cast<int>(rk.rank);
           failed_status = st;
@@ -608,7 +688,7 @@ int main(int argc, char **argv) {
                        " ranks joined");
         }
       }
-      if ((formed || failed) && !seed_stopped) {
+      if ((failed || (formed && !elastic)) && !seed_stopped) {
         nexar_seed_stop(seed);  // not on the data path: done once formation ended
         seed = nullptr;
         seed_stopped = true;
@@ -625,6 +705,13 @@ int main(int argc, char **argv) {
   }
   out.done();
   if (seed) nexar_seed_stop(seed);
+  if (elastic && !history.empty()) {
+    std::string all;
+    for (auto &h : history)
+      all += (all.empty() ? "" : "; ") + h;
+    fprintf(stderr, "%s: elastic: %u rank(s) died, %ld replaced: %s\n", g_name, failures, restarts,
+            all.c_str());
+  }
 
   if (failed_rank >= 0) {
     if (keep_going)

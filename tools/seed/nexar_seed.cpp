@@ -1,13 +1,16 @@
 // nexar-seed: the discovery server of a nexar cluster, as a command.
 //
 //   nexar-seed --listen HOST:PORT --world-size N [--token-file F] [--ca-dir DIR]
-//              [--open] [--formation-timeout S]
+//              [--open] [--formation-timeout S] [--elastic [--max-world-size N]]
 //
 // Prints the address it bound and every join, refusal and the outcome on
 // stdout; exits 0 once every rank reported its mesh formed, 1 if formation
-// failed, 2 on a usage error. Built on the public C ABI only.
+// failed, 2 on a usage error. With --elastic it stays up after formation,
+// admitting joiners into the running world, until SIGINT or SIGTERM (then
+// exits 0 if the world had formed). Built on the public C ABI only.
 #include <nexar.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +28,8 @@ void on_signal(int) {
 void usage(FILE *f) {
   fprintf(f,
           "usage: nexar-seed --listen HOST:PORT --world-size N [--token-file F] [--ca-dir DIR]\n"
-          "                  [--open] [--formation-timeout SECONDS]\n"
+          "                  [--open] [--formation-timeout SECONDS] [--elastic]\n"
+          "                  [--max-world-size N]\n"
           "\n"
           "  --listen HOST:PORT       concrete address to bind (port 0 = any); default "
           "127.0.0.1:0\n"
@@ -35,7 +39,10 @@ void usage(FILE *f) {
           "                           0600), created if absent, so restarts keep the trust anchor\n"
           "  --open                   without a token, admit workers from other hosts too\n"
           "  --formation-timeout S    give up when the world is not complete after S seconds\n"
-          "                           (default 60)\n");
+          "                           (default 60)\n"
+          "  --elastic                stay up after formation and admit joiners into the\n"
+          "                           running world (nexar_comm_grow); until SIGINT/SIGTERM\n"
+          "  --max-world-size N       with --elastic: no grow past N ranks (default 1024)\n");
 }
 
 void on_event(void *, const nexar_seed_event_t *e) {
@@ -87,6 +94,17 @@ int main(int argc, char **argv) {
         return 2;
       }
       opts.formation_timeout_ms = static_cast<uint64_t>(s * 1000);
+    } else if (a == "--elastic") {
+      opts.elastic = 1;
+    } else if (a == "--max-world-size") {
+      char *end = nullptr;
+      const char *v = value("--max-world-size");
+      unsigned long n = strtoul(v, &end, 10);
+      if (*end || n == 0 || n > 1024) {
+        fprintf(stderr, "nexar-seed: --max-world-size %s is not in 1..1024\n", v);
+        return 2;
+      }
+      opts.max_world_size = static_cast<uint32_t>(n);
     } else if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
@@ -125,7 +143,12 @@ int main(int argc, char **argv) {
   for (;;) {
     int32_t ended = 0;
     s = nexar_seed_wait(seed, 200, &ended);
-    if (ended) break;
+    if (ended && !(opts.elastic && s == NEXAR_OK)) break;
+    if (ended) {  // elastic and formed: admit joiners until told to stop
+      if (g_stop) break;
+      usleep(200000);
+      continue;
+    }
     if (g_stop) {
       printf("nexar-seed: interrupted before the cluster formed\n");
       fflush(stdout);

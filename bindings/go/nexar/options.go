@@ -240,3 +240,24 @@ func millis(d time.Duration) C.uint64_t {
 	ms := (d + time.Millisecond - 1) / time.Millisecond
 	return C.uint64_t(ms)
 }
+
+// WithElastic keeps the connection to an elastic seed (Comm.PendingJoins,
+// Comm.Grow) and lets a process join a running world: Join then waits until
+// the members admit it (docs/elastic.md).
+func WithElastic(on bool) Option {
+	return func(c *config) error {
+		if on {
+			c.raw.elastic = 1
+		} else {
+			c.raw.elastic = 0
+		}
+		return nil
+	}
+}
+
+// WithJoinTimeout bounds how long a joiner of a running world waits to be
+// admitted (default 300 s).
+func WithJoinTimeout(d time.Duration) Option {
+	return durationOption("join timeout", d,
+		func(c *config) *C.uint64_t { return &c.raw.join_timeout_ms })
+}

@@ -22,6 +22,8 @@ type SeedOptions struct {
 	CADir            string        // the cluster CA's directory (ca.pem, ca-key.pem), made if absent
 	Open             bool          // admit remote workers without a token (logs a warning)
 	FormationTimeout time.Duration // how long formation may take (default 60 s)
+	Elastic          bool          // stay up after formation and admit joiners (Comm.Grow)
+	MaxWorldSize     int           // with Elastic: no grow past this many ranks (0: 1024)
 }
 
 // Seed is a running nexar seed (nexar_seed_t): the discovery server that
@@ -56,6 +58,12 @@ func StartSeed(o SeedOptions) (*Seed, error) {
 	}
 	if o.FormationTimeout > 0 {
 		raw.formation_timeout_ms = millis(o.FormationTimeout)
+	}
+	if o.Elastic {
+		raw.elastic = 1
+	}
+	if o.MaxWorldSize > 0 {
+		raw.max_world_size = C.uint32_t(o.MaxWorldSize)
 	}
 	var strs cStrings
 	defer strs.free()

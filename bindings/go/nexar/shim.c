@@ -229,3 +229,11 @@ nexar_status_t gx_allreduce_compressed(nexar_comm_t *c, const void *s, void *r, 
                                        gx_err *err) {
   return fail(nexar_allreduce_compressed(c, s, r, n, t, z, p ? gx_done : NULL, p), err);
 }
+
+nexar_status_t gx_pending_joins(nexar_comm_t *c, uint32_t *count, gx_err *err) {
+  return fail(nexar_comm_pending_joins(c, count), err);
+}
+
+nexar_status_t gx_grow(nexar_comm_t *c, uint32_t max_new, nexar_comm_t **out, gx_err *err) {
+  return fail(nexar_comm_grow(c, max_new, out, NULL, NULL), err);
+}

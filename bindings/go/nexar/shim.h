@@ -112,6 +112,10 @@ nexar_status_t gx_allreduce_compressed(nexar_comm_t *comm, const void *sendbuf, 
 /* enable != 0 sends nexar's log lines to Go's goNexarLog; 0 restores stderr. */
 nexar_status_t gx_set_log(int enable, gx_err *err);
 
+/* Elastic membership (blocking grow). */
+nexar_status_t gx_pending_joins(nexar_comm_t *c, uint32_t *count, gx_err *err);
+nexar_status_t gx_grow(nexar_comm_t *c, uint32_t max_new, nexar_comm_t **out, gx_err *err);
+
 /* 1 while this thread runs goNexarLog (a handler calling SetLogHandler). */
 int gx_in_log_callback(void);
 

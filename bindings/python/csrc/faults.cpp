@@ -116,7 +116,32 @@ void bind_faults(py::class_<Communicator> &cls) {
           },
           py::arg("fn"),
           "Call fn(rank, cause) once per failed rank (on nexar's completion thread); None "
-          "removes it.");
+          "removes it.")
+      .def(
+          "pending_joins",
+          [](Communicator &c) {
+            uint32_t n = 0;
+            c.call("pending_joins",
+                   [&](nexar_comm_t *h) { return nexar_comm_pending_joins(h, &n); });
+            return n;
+          },
+          "How many processes wait to join through the elastic seed (local and cheap; "
+          "docs/elastic.md).")
+      .def(
+          "grow",
+          [](Communicator &c, int64_t max_new) {
+            if (max_new < 0 || max_new > UINT32_MAX)
+              throw py::value_error("grow: max_new must be >= 0");
+            nexar_comm_t *out = nullptr;
+            c.call("grow", [&](nexar_comm_t *h) {
+              return nexar_comm_grow(h, static_cast<uint32_t>(max_new), &out, nullptr, nullptr);
+            });
+            return wrap(out);
+          },
+          py::arg("max_new"),
+          "Collective over the members: admit up to max_new waiting processes. Returns the "
+          "grown Communicator (old ranks keep their numbers, new ones are appended); this one "
+          "stays usable. Raises PeerFailedError at every member when a member failed.");
 }
 
 }  // namespace nexar_py

@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
 
 from . import _nexar, _support
 from ._nexar import Communicator, Compressor, Request, Seed
@@ -94,7 +94,7 @@ def bootstrap_local(world_size: int, **options: Any) -> List[Communicator]:
     return _nexar.bootstrap_local(world_size, **options)
 
 
-def init(**options: Any) -> Communicator:
+def init(elastic: Optional[bool] = None, **options: Any) -> Communicator:
     """Join a world: the one the environment describes, or the seed named by keywords.
 
     Without keywords (nexar_comm_init_from_env), recognized in this order:
@@ -110,10 +110,26 @@ def init(**options: Any) -> Communicator:
     :func:`bootstrap_local` (timeouts, topology, shm). Unset ones come from
     the NEXAR_* environment.
 
+    ``elastic=True`` (as NEXAR_ELASTIC=1) keeps the connection to an elastic
+    seed, for ``comm.pending_joins()`` and ``comm.grow()``, and lets this
+    process join a running world: it then waits until the members admit it
+    (docs/elastic.md).
+
     An unhandled exception in this process then aborts the communicator, so
     that the other ranks fail at once instead of waiting for their timeouts.
     """
-    comm = _nexar.init(**options)
+    if elastic is None:
+        comm = _nexar.init(**options)
+    else:
+        previous = os.environ.get("NEXAR_ELASTIC")
+        os.environ["NEXAR_ELASTIC"] = "1" if elastic else "0"
+        try:
+            comm = _nexar.init(**options)
+        finally:
+            if previous is None:
+                del os.environ["NEXAR_ELASTIC"]
+            else:
+                os.environ["NEXAR_ELASTIC"] = previous
     _from_env.add(comm)
     _install_excepthook()
     return comm

@@ -68,6 +68,8 @@ int main(void) {
   FIELD(nexar_comm_options_t, topology);
   FIELD(nexar_comm_options_t, shm);
   FIELD(nexar_comm_options_t, shm_max_bytes);
+  FIELD(nexar_comm_options_t, elastic);
+  FIELD(nexar_comm_options_t, join_timeout_ms);
 
   FIELD(nexar_seed_event_t, struct_size);
   FIELD(nexar_seed_event_t, kind);
@@ -86,6 +88,8 @@ int main(void) {
   FIELD(nexar_seed_options_t, formation_timeout_ms);
   FIELD(nexar_seed_options_t, on_event);
   FIELD(nexar_seed_options_t, event_user_data);
+  FIELD(nexar_seed_options_t, elastic);
+  FIELD(nexar_seed_options_t, max_world_size);
 
   FIELD(nexar_stats_t, struct_size);
   FIELD(nexar_stats_t, bytes_sent);

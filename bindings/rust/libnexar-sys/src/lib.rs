@@ -163,6 +163,8 @@ pub struct nexar_comm_options_t {
     pub topology: u32,
     pub shm: u32,
     pub shm_max_bytes: u64,
+    pub elastic: u32,
+    pub join_timeout_ms: u64,
 }
 
 // ---- Seed ---------------------------------------------------------------------------
@@ -173,6 +175,8 @@ pub const NEXAR_SEED_EVENT_REFUSED: i32 = 3;
 pub const NEXAR_SEED_EVENT_WELCOMED: i32 = 4;
 pub const NEXAR_SEED_EVENT_FORMED: i32 = 5;
 pub const NEXAR_SEED_EVENT_FAILED: i32 = 6;
+pub const NEXAR_SEED_EVENT_GROWN: i32 = 7;
+pub const NEXAR_SEED_EVENT_GROW_FAILED: i32 = 8;
 
 /// `nexar_seed_event_t`.
 #[repr(C)]
@@ -205,6 +209,8 @@ pub struct nexar_seed_options_t {
     pub formation_timeout_ms: u64,
     pub on_event: nexar_seed_event_fn,
     pub event_user_data: *mut c_void,
+    pub elastic: u32,
+    pub max_world_size: u32,
 }
 
 // ---- Logging --------------------------------------------------------------------------
@@ -533,6 +539,14 @@ extern "C" {
     ) -> nexar_status_t;
     pub fn nexar_comm_shrink(
         comm: *mut nexar_comm_t,
+        out: *mut *mut nexar_comm_t,
+        done: nexar_done_fn,
+        user_data: *mut c_void,
+    ) -> nexar_status_t;
+    pub fn nexar_comm_pending_joins(comm: *mut nexar_comm_t, count: *mut u32) -> nexar_status_t;
+    pub fn nexar_comm_grow(
+        comm: *mut nexar_comm_t,
+        max_new: u32,
         out: *mut *mut nexar_comm_t,
         done: nexar_done_fn,
         user_data: *mut c_void,

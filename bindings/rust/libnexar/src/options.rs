@@ -188,6 +188,20 @@ impl Options {
         self
     }
 
+    /// Keep the connection to an elastic seed (`pending_joins`, `grow`) and
+    /// join a running world by waiting until the members admit this process
+    /// (default off, or `NEXAR_ELASTIC`; docs/elastic.md).
+    pub fn elastic(mut self, on: bool) -> Self {
+        self.raw.elastic = u32::from(on);
+        self
+    }
+
+    duration_setter!(
+        /// How long a joiner of a running world waits to be admitted
+        /// (default 300 s, or `NEXAR_JOIN_TIMEOUT_SECS`).
+        join_timeout => join_timeout_ms
+    );
+
     /// Where callbacks run (default [`CompletionMode::Thread`], or
     /// `NEXAR_COMPLETION_MODE`).
     pub fn completion_mode(mut self, mode: CompletionMode) -> Self {

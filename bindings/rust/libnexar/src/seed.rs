@@ -81,6 +81,20 @@ impl SeedOptions {
         self.raw.formation_timeout_ms = (d.as_millis().max(1)).min(u64::MAX as u128) as u64;
         self
     }
+
+    /// Stay up after formation and admit joiners into the running world
+    /// (`Communicator::grow`; default off, or `NEXAR_SEED_ELASTIC`).
+    pub fn elastic(mut self, on: bool) -> Self {
+        self.raw.elastic = u32::from(on);
+        self
+    }
+
+    /// With `elastic`: no grow makes a world larger than this (0: 1024, or
+    /// `NEXAR_MAX_WORLD_SIZE`).
+    pub fn max_world_size(mut self, n: u32) -> Self {
+        self.raw.max_world_size = n;
+        self
+    }
 }
 
 /// A running seed. Workers join it with

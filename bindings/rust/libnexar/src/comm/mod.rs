@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 mod checks;
 mod collectives;
 mod collectives_async;
+mod elastic;
 mod faults;
 mod gradients;
 mod lifecycle;

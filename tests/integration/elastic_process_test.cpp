@@ -1,0 +1,211 @@
+// Elastic membership with real processes and a real elastic seed
+// (nexar-seed --elastic; tests/cluster/elastic_worker.c runs the steps):
+// - grow 2 -> 4 -> 5 with exact collectives after each step, old ranks keep
+//   their numbers, each joiner's handle agrees with the members';
+// - a joiner with a wrong token is refused with AUTH, the world untouched;
+// - a member killed during a grow fails it alike at every member, who shrink
+//   and grow again;
+// - a joiner killed during a grow is not admitted, the grow completes;
+// - the seed gone: grow fails with a clear error, the world goes on;
+// - nexar-run --elastic with the example (examples/elastic_training.c): a
+//   rank killed with SIGKILL is replaced, the world shrinks and grows back
+//   to 4 ranks, and the final model equals an uninterrupted run's.
+#include <gtest/gtest.h>
+#include <nexar.h>
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "seed_and_workers.h"
+
+using namespace cluster_test;
+
+namespace {
+
+struct ElasticJob {
+  TempDir dir;
+  std::string addr;
+  std::unique_ptr<Proc> seed;
+  std::vector<std::unique_ptr<Proc>> procs;
+  std::vector<Proc *> all;
+
+  ElasticJob(int world, const std::vector<std::string> &extra_seed_args = {}) {
+    std::vector<std::string> args{"--world-size", std::to_string(world), "--token-file",
+                                  write_token(dir), "--elastic"};
+    args.insert(args.end(), extra_seed_args.begin(), extra_seed_args.end());
+    seed = start_seed(dir, "seed", args, &addr);
+    all.push_back(seed.get());
+  }
+  // rank >= 0: a member of the world being formed; -1: a joiner.
+  Proc &start(const std::string &name, const std::string &steps, int rank,
+              const std::string &token = kToken) {
+    Proc::Env env{{"NEXAR_SEED", addr},
+                  {"NEXAR_CLUSTER_TOKEN", token},
+                  {"NEXAR_ELASTIC", "1"},
+                  {"NEXAR_JOIN_TIMEOUT_SECS", "60"},
+                  {"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
+                  {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}};
+    if (rank >= 0) env["NEXAR_RANK"] = std::to_string(rank);
+    procs.push_back(std::make_unique<Proc>(
+        dir, name, std::vector<std::string>{NEXAR_ELASTIC_WORKER_BIN, steps}, env));
+    all.push_back(procs.back().get());
+    return *procs.back();
+  }
+  void go(const std::string &name = "go") {
+    FILE *f = fopen((dir / name).c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fclose(f);
+  }
+  void expect_done(Proc &p, const std::string &final_line) {
+    ASSERT_TRUE(p.wait(90)) << p.name() << " did not finish\n" << dump_all(all);
+    EXPECT_EQ(p.code(), 0) << dump_all(all);
+    EXPECT_TRUE(contains(p.out(), final_line)) << p.dump();
+  }
+};
+
+}  // namespace
+
+TEST(ElasticProcesses, GrowTwoToFourToFiveKeepsRanksAndCollectivesExact) {
+  ElasticJob job(2);
+  // Members: check, admit 2, check, admit 1, check.
+  const std::string member = "check,pending:2,grow:2,check,pending:1,grow:1,check";
+  Proc &m0 = job.start("m0", member, 0);
+  Proc &m1 = job.start("m1", member, 1);
+  ASSERT_TRUE(m0.wait_output("CHECK rank=0 size=2", 60)) << dump_all(job.all);
+  ASSERT_TRUE(m1.wait_output("CHECK rank=1 size=2", 60)) << dump_all(job.all);
+  Proc &j2 = job.start("j2", "check,pending:1,grow:1,check", -1);
+  Proc &j3 = job.start("j3", "check,pending:1,grow:1,check", -1);
+  ASSERT_TRUE(m0.wait_output("GROWN old_rank=0 rank=0 size=4", 60)) << dump_all(job.all);
+  Proc &j4 = job.start("j4", "check", -1);
+  job.expect_done(m0, "DONE rank=0 size=5");
+  job.expect_done(m1, "DONE rank=1 size=5");
+  EXPECT_TRUE(contains(m1.out(), "GROWN old_rank=1 rank=1 size=4")) << m1.dump();
+  EXPECT_TRUE(contains(m0.out(), "CHECK rank=0 size=4 sum=10 want=10 bcast=4246 ok")) << m0.dump();
+  EXPECT_TRUE(contains(m0.out(), "CHECK rank=0 size=5 sum=15 want=15 bcast=4247 ok")) << m0.dump();
+  job.expect_done(j2, "DONE rank=");
+  job.expect_done(j3, "DONE rank=");
+  job.expect_done(j4, "DONE rank=4 size=5");
+  // The joiners took ranks 2 and 3 (in the order they came) of a world of 4.
+  const std::string r2 = field(j2.out(), "JOINED rank"), r3 = field(j3.out(), "JOINED rank");
+  EXPECT_TRUE((r2 == "2" && r3 == "3") || (r2 == "3" && r3 == "2")) << j2.dump() << j3.dump();
+  EXPECT_TRUE(contains(j2.out(), "size=4")) << j2.dump();
+  EXPECT_TRUE(contains(j4.out(), "JOINED rank=4 size=5")) << j4.dump();
+  EXPECT_TRUE(contains(job.seed->out(), "grown: a world of 4 took in 1 joiner(s), now 5 ranks"))
+      << job.seed->dump();
+}
+
+TEST(ElasticProcesses, JoinerWithWrongTokenIsRefusedAndTheWorldIsUntouched) {
+  ElasticJob job(2);
+  const std::string member = "check,waitfile:" + (job.dir / "go") + ",pending_is:0,check";
+  Proc &m0 = job.start("m0", member, 0);
+  Proc &m1 = job.start("m1", member, 1);
+  ASSERT_TRUE(m0.wait_output("CHECK rank=0 size=2", 60)) << dump_all(job.all);
+  Proc &bad = job.start("bad", "check", -1, "not-the-cluster-token-at-all");
+  ASSERT_TRUE(bad.wait(60)) << dump_all(job.all);
+  EXPECT_EQ(bad.code(), 3) << bad.dump();
+  EXPECT_TRUE(contains(bad.out(), "JOIN_FAILED status=-10")) << bad.dump();
+  job.go();
+  job.expect_done(m0, "DONE rank=0 size=2");
+  job.expect_done(m1, "DONE rank=1 size=2");
+  EXPECT_TRUE(contains(m0.out(), "PENDING rank=0 count=0")) << m0.dump();
+}
+
+TEST(ElasticProcesses, MemberKilledDuringGrowFailsItAlikeThenShrinkAndGrowAgain) {
+  ElasticJob job(4);
+  const std::string member = "check,pending:1,grow:1,shrink,check,grow:1,check";
+  std::vector<Proc *> members;
+  for (int r = 0; r < 3; ++r)
+    members.push_back(&job.start("m" + std::to_string(r), member, r));
+  Proc &victim = job.start("m3", "check,hang", 3);
+  ASSERT_TRUE(victim.wait_output("HANGING", 60)) << dump_all(job.all);
+  Proc &j = job.start("j", "check", -1);
+  for (Proc *m : members)
+    ASSERT_TRUE(m->wait_output("GROWING", 60)) << dump_all(job.all);
+  const int victim_rank = std::stoi(field(victim.out(), "JOINED rank"));
+  victim.signal(SIGKILL);
+  for (Proc *m : members) {
+    job.expect_done(*m, "DONE rank=");
+    const std::string out = m->out();
+    EXPECT_TRUE(contains(out, "status=-5 failed_rank=" + std::to_string(victim_rank))) << m->dump();
+    EXPECT_TRUE(contains(out, "SHRUNK")) << m->dump();
+    EXPECT_TRUE(contains(out, "size=3 sum=6 want=6 bcast=4245 ok")) << m->dump();
+    EXPECT_TRUE(contains(out, "size=4 sum=10 want=10 bcast=4246 ok")) << m->dump();
+  }
+  job.expect_done(j, "DONE rank=3 size=4");
+}
+
+TEST(ElasticProcesses, JoinerKilledDuringGrowIsNotAdmitted) {
+  ElasticJob job(2);
+  const std::string member = "check,pending:2,waitfile:" + (job.dir / "go") + ",grow:2,check";
+  Proc &m0 = job.start("m0", member, 0);
+  Proc &m1 = job.start("m1", member, 1);
+  ASSERT_TRUE(m0.wait_output("CHECK rank=0 size=2", 60)) << dump_all(job.all);
+  Proc &doomed = job.start("doomed", "check", -1);
+  Proc &j = job.start("j", "check", -1);
+  ASSERT_TRUE(m0.wait_output("PENDING rank=0 count=2", 60)) << dump_all(job.all);
+  ASSERT_TRUE(m1.wait_output("PENDING rank=1 count=2", 60)) << dump_all(job.all);
+  doomed.signal(SIGKILL);
+  job.go();
+  job.expect_done(m0, "DONE rank=0 size=3");
+  job.expect_done(m1, "DONE rank=1 size=3");
+  job.expect_done(j, "DONE rank=2 size=3");
+}
+
+TEST(ElasticProcesses, SeedGoneGrowFailsClearlyAndTheWorldGoesOn) {
+  ElasticJob job(2);
+  const std::string member = "check,waitfile:" + (job.dir / "go") + ",grow:1,continue,check";
+  Proc &m0 = job.start("m0", member, 0);
+  Proc &m1 = job.start("m1", member, 1);
+  ASSERT_TRUE(m0.wait_output("CHECK rank=0 size=2", 60)) << dump_all(job.all);
+  ASSERT_TRUE(m1.wait_output("CHECK rank=1 size=2", 60)) << dump_all(job.all);
+  job.seed->signal(SIGKILL);
+  job.go();
+  for (Proc *m : {&m0, &m1}) {
+    job.expect_done(*m, "DONE rank=");
+    EXPECT_TRUE(contains(m->out(), "status=-7")) << m->dump();
+    EXPECT_TRUE(contains(m->out(), "elastic seed")) << m->dump();
+    EXPECT_TRUE(contains(m->out(), "size=2 sum=3 want=3 bcast=4244 ok\nDONE")) << m->dump();
+  }
+}
+
+namespace {
+
+// nexar-run --elastic running the elastic example in dir; returns its process.
+std::unique_ptr<Proc> elastic_run(const TempDir &dir, const std::string &name,
+                                  const std::string &steps) {
+  return std::make_unique<Proc>(
+      dir, name,
+      std::vector<std::string>{NEXAR_RUN_BIN, "-n", "4", "--elastic", "--max-restarts", "3", "--",
+                               NEXAR_ELASTIC_TRAINING_BIN, steps, "10"},
+      Proc::Env{{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"}, {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "2"}});
+}
+
+}  // namespace
+
+TEST(ElasticProcesses, LauncherReplacesAKilledRankAndTrainingEndsAsUninterrupted) {
+  TempDir dir;
+  auto plain = elastic_run(dir, "plain", "400");
+  ASSERT_TRUE(plain->wait(120)) << plain->dump();
+  ASSERT_EQ(plain->code(), 0) << plain->dump();
+  const std::string want = field(plain->out(), "checksum");
+  ASSERT_FALSE(want.empty()) << plain->dump();
+
+  auto run = elastic_run(dir, "killed", "400");
+  ASSERT_TRUE(run->wait_output("[r2] rank 2 of 4, pid ", 60)) << run->dump();
+  ASSERT_TRUE(run->wait_output("step 100 with 4 ranks", 60)) << run->dump();
+  const std::string out = run->out();
+  const size_t at = out.find("[r2] rank 2 of 4, pid ") + 22;
+  const pid_t victim = static_cast<pid_t>(std::stol(out.substr(at)));
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(run->wait(120)) << run->dump();
+  EXPECT_EQ(run->code(), 0) << run->dump();
+  const std::string all = run->out() + run->err();
+  EXPECT_TRUE(contains(all, "shrunk to 3 ranks")) << run->dump();
+  EXPECT_TRUE(contains(all, "grown to 4 ranks")) << run->dump();
+  EXPECT_TRUE(contains(all, "[r4] rank 3 of 4")) << run->dump();
+  EXPECT_TRUE(contains(all, "final step=400 ranks=4 checksum=" + want)) << run->dump();
+  EXPECT_TRUE(contains(all, "elastic: 1 rank(s) died, 1 replaced: rank 2 (pid " +
+                                std::to_string(victim) + ") was killed by signal 9"))
+      << run->dump();
+}
