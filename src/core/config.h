@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "nexar.h"
@@ -41,6 +42,8 @@ struct Config {
   uint32_t topology = NEXAR_TOPOLOGY_FULL;
   uint32_t shm = NEXAR_SHM_AUTO;
   uint64_t shm_max_bytes = 64ull << 20;
+  uint32_t topology_degree = 4;
+  std::vector<uint32_t> topology_edges;  // pairs of ranks (NEXAR_TOPOLOGY_CUSTOM)
   // The algorithms forced for allreduce and broadcast: not option fields,
   // read from NEXAR_ALLREDUCE_ALGO / NEXAR_BROADCAST_ALGO with the options
   // (capi/options.h).
