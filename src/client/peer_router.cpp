@@ -70,7 +70,7 @@ void PeerRouter::on_control(QuicConnection *c, std::span<const uint8_t> message)
           if (client_.peer(from).connection() == c && m.rank == from)
             client_.shm().on_hello_done(from, c);
         } else if constexpr (std::is_same_v<T, wire::TopologyDigest>) {
-          if (client_.peer(from).connection() == c) on_topology(c, m);
+          on_topology(c, m);  // from the rank the certificate names
         } else if constexpr (std::is_same_v<T, wire::ShmOffer>) {
           if (client_.peer(from).connection() == c) client_.shm().on_offer(from, m);
         } else if constexpr (std::is_same_v<T, wire::Abort> ||
@@ -114,9 +114,11 @@ void PeerRouter::on_handshake_done(QuicConnection *c, const NodeIdentity &peer) 
   // The client speaks first; the server answers once the hello matches the
   // rank its certificate names.
   if (client_.peer(peer.rank).connection() == c) {
+    // The graph's digest first: a rank with another graph may refuse the
+    // hello (not its neighbour), and the digest says why.
+    send_topology(c);
     c->send_control(
         wire::Hello{kProtocolVersion, me.cluster_id, me.rank, me.world_size, host_name()});
-    send_topology(c);
     c->send_control(client_.shm().offer_for(peer.rank));
   }
 }

@@ -147,9 +147,9 @@ class RelaySink : public MessageSink {
     if (p.origin == me) return drop(format("it came back to its origin (a loop), for %u", p.dest));
     if (p.ttl == 0)
       return drop(format("its hop limit ran out on the way from %u to %u", p.origin, p.dest));
-    // A loss announced on the way: this rank reroutes before judging the
-    // route, which the announcing rank already chose round the lost one.
-    if (p.inner_kind == wire::kRelayRankLost && p.dest != me && p.total < world && p.total != me)
+    // A loss announced on the way or here: this rank reroutes before judging
+    // the route, which the announcing rank already chose round the lost one.
+    if (p.inner_kind == wire::kRelayRankLost && p.total < world && p.total != me)
       relay_->on_rank_lost(static_cast<uint32_t>(p.total),
                            lost_notice(p.origin, static_cast<uint32_t>(p.total)));
     // The route from origin to dest must run through the sender, then here.
@@ -161,8 +161,10 @@ class RelaySink : public MessageSink {
     }
     // After a failure, ranks learn of it at slightly different times and
     // their routes differ for a moment: a frame from a neighbour that this
-    // rank can carry on is forwarded (the hop limit still ends any loop).
-    if (!on_route && relay_->rerouted_ && topo.next_hop(me, p.dest) < world) on_route = true;
+    // rank can carry on is forwarded (the hop limit still ends any loop),
+    // and the destination takes what reached it.
+    if (!on_route && (p.dest == me || relay_->rerouted_) && topo.next_hop(me, p.dest) < world)
+      on_route = true;
     if (!on_route) {
       // A send waiting for its Ack hears why instead of waiting for its
       // timeout (the routes may be changing after a failure).

@@ -463,7 +463,8 @@ struct AgreeMsg {
   bool operator==(const AgreeMsg &) const = default;
 };
 
-// Both directions, before ShmOffer: the mesh graph this rank uses
+// Both directions (dialler: before Hello; listener: after HelloAck, before
+// ShmOffer): the mesh graph this rank uses
 // (client/topology.h). Ranks whose digests differ would route differently,
 // so formation fails naming both.
 struct TopologyDigest {
