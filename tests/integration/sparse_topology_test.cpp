@@ -271,3 +271,35 @@ TEST(SparseTopology, SixtyFourRanks) {
     every_collective(w, {1, 3000});
   }
 }
+
+// Algorithm choice knows the graph: on a hypercube, allreduce (recursive
+// doubling and halving), broadcast and reduce (a binomial tree over
+// r XOR root) use cube links only; on k_regular:4 the ring steps and the
+// broadcast chain of large vectors are links (small ones take the fewest
+// rounds, partly relayed). Nothing is forwarded.
+TEST(SparseTopology, CollectivesKeepToLinks) {
+  for (const Mesh &m : {kHypercube, kKRegular4}) {
+    SCOPED_TRACE(m.name);
+    nexar_comm_options_t o = mesh_options(m);
+    World w(16, &o);
+    ASSERT_TRUE(w.ok());
+    const bool cube = m.kind == NEXAR_TOPOLOGY_HYPERCUBE;
+    on_each_rank(16, [&](uint32_t me) {
+      for (size_t count : cube ? std::vector<size_t>{100, 200000} : std::vector<size_t>{200000}) {
+        std::vector<int32_t> a(count, static_cast<int32_t>(me)), b(count);
+        NX_OK(nexar_allreduce(w[me], a.data(), b.data(), count, NEXAR_DTYPE_I32, NEXAR_OP_SUM,
+                              nullptr, nullptr));
+        ASSERT_EQ(b[count - 1], 120);
+        NX_OK(nexar_broadcast(w[me], a.data(), count, NEXAR_DTYPE_I32, 5, nullptr, nullptr));
+        ASSERT_EQ(a[0], 5);
+        if (cube) {
+          NX_OK(nexar_reduce(w[me], b.data(), a.data(), count, NEXAR_DTYPE_I32, NEXAR_OP_MAX, 3,
+                             nullptr, nullptr));
+          if (me == 3) ASSERT_EQ(a[0], 120);
+        }
+      }
+    });
+    for (uint32_t r = 0; r < 16; ++r)
+      EXPECT_EQ(stats(w[r]).relay_bytes_forwarded, 0u) << "rank " << r;
+  }
+}
