@@ -188,3 +188,33 @@ TEST(Topology, ParsesUpstreamSpellings) {
     EXPECT_NE(s.message.find("NEXAR_TOPOLOGY"), std::string::npos) << s.message;
   }
 }
+
+// The ring's routes, the short way round; a tie (distance N/2) goes to the
+// lower-ranked neighbour.
+TEST(Topology, RingRoutes) {
+  const Topology ring(spec(NEXAR_TOPOLOGY_RING), 6);
+  EXPECT_EQ(ring.neighbours(0), (std::vector<uint32_t>{1, 5}));
+  EXPECT_EQ(ring.next_hop(0, 2), 1u);
+  EXPECT_EQ(ring.next_hop(0, 4), 5u);
+  EXPECT_EQ(ring.next_hop(0, 3), 1u);
+  EXPECT_EQ(ring.next_hop(3, 0), 2u);
+  EXPECT_EQ(ring.distance(0, 3), 3u);
+  const Topology full(spec(NEXAR_TOPOLOGY_FULL), 6);
+  EXPECT_EQ(full.neighbours(2).size(), 5u);
+  EXPECT_EQ(full.next_hop(0, 3), 3u);
+}
+
+// Routes round a failed rank: longer, still shortest over what is left; a
+// cut-off rank has no route.
+TEST(Topology, RemovedRanksAreRoutedAround) {
+  Topology ring(spec(NEXAR_TOPOLOGY_RING), 6);
+  ring.remove(1);
+  EXPECT_EQ(ring.next_hop(0, 2), 5u);
+  EXPECT_EQ(ring.distance(0, 2), 4u);
+  EXPECT_EQ(ring.next_hop(0, 1), Topology::kUnreachable);
+  ring.remove(4);
+  EXPECT_EQ(ring.distance(0, 2), Topology::kUnreachable);
+  EXPECT_EQ(ring.next_hop(0, 5), 5u);
+  EXPECT_EQ(ring.next_hop(2, 3), 3u);
+  EXPECT_TRUE(ring.is_neighbour(0, 1)) << "links stay";
+}
