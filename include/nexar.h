@@ -233,8 +233,11 @@ NEXAR_API nexar_status_t nexar_last_error(nexar_completion_t *info);
  * (point-to-point, collectives, RPC) are relayed by the ranks on a static
  * shortest route, transparently: same matching, ordering and errors. See
  * docs/relay.md. */
-#define NEXAR_TOPOLOGY_FULL 0 /* every pair connected (default) */
-#define NEXAR_TOPOLOGY_RING 1 /* rank r connects to r-1 and r+1 (mod N) only */
+#define NEXAR_TOPOLOGY_FULL 0      /* every pair connected (default) */
+#define NEXAR_TOPOLOGY_RING 1      /* rank r connects to r-1 and r+1 (mod N) only */
+#define NEXAR_TOPOLOGY_KREGULAR 2  /* r connects to r+-1 .. r+-K/2 (mod N); K = topology_degree */
+#define NEXAR_TOPOLOGY_HYPERCUBE 3 /* r connects to r XOR 2^b (at most ceil(log2 N)+1 links) */
+#define NEXAR_TOPOLOGY_CUSTOM 4    /* the graph in topology_edges */
 
 /* nexar_comm_options_t.shm */
 #define NEXAR_SHM_AUTO 0    /* shared memory between same-host ranks when it can be set up */
@@ -280,7 +283,8 @@ typedef struct nexar_comm_options {
   int32_t rank;                  /* NEXAR_RANK; -1 = assigned by the seed */
   uint32_t world_size;           /* NEXAR_WORLD_SIZE; 0 = unknown */
   uint64_t rpc_timeout_ms;       /* NEXAR_RPC_TIMEOUT_SECS; default 30 s, per nexar_rpc_call */
-  uint32_t topology;             /* NEXAR_TOPOLOGY=full|ring; NEXAR_TOPOLOGY_*, default FULL.
+  uint32_t topology;             /* NEXAR_TOPOLOGY=full|ring|k_regular:K|hypercube;
+                                    NEXAR_TOPOLOGY_*, default FULL.
                                     Every rank must use the same value. */
   /* Same-host path: ranks on one host (same boot id, network namespace and
    * uid) exchange point-to-point, collective and RPC payloads through shared
@@ -293,6 +297,12 @@ typedef struct nexar_comm_options {
    * join_timeout_ms until the members admit it. */
   uint32_t elastic;         /* NEXAR_ELASTIC=1; default 0 */
   uint64_t join_timeout_ms; /* NEXAR_JOIN_TIMEOUT_SECS; default 300 s */
+  /* Sparse topologies (docs/relay.md). Every rank must describe the same
+   * graph: formation fails naming the ranks that disagree. */
+  uint32_t topology_degree;       /* K of NEXAR_TOPOLOGY_KREGULAR (k_regular:K); default 4 */
+  const uint32_t *topology_edges; /* NEXAR_TOPOLOGY_CUSTOM: 2 * topology_edge_count ranks, each
+                                     pair one link; the graph must be connected. Copied. */
+  size_t topology_edge_count;     /* pairs in topology_edges */
 } nexar_comm_options_t;
 
 /**

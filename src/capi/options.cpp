@@ -41,6 +41,7 @@ Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size) {
   full.shm_max_bytes = d.shm_max_bytes;
   full.elastic = d.elastic ? 1 : 0;
   full.join_timeout_ms = d.join_timeout_ms;
+  full.topology_degree = d.topology_degree;
 
   Status s;
   if (!(s = env_seconds_ms("NEXAR_COLLECTIVE_TIMEOUT_SECS", &full.collective_timeout_ms))) return s;
@@ -98,7 +99,7 @@ Status init_options_from_env(nexar_comm_options_t *opts, size_t struct_size) {
   }
   if (!(s = env_u32("NEXAR_WORLD_SIZE", &full.world_size))) return s;
   if (const char *v = env("NEXAR_TOPOLOGY"))
-    if (!(s = parse_topology(v, &full.topology))) return s;
+    if (!(s = parse_topology(v, &full.topology, &full.topology_degree))) return s;
   if (const char *v = env("NEXAR_ELASTIC")) {
     if (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0)
       full.elastic = 1;
@@ -151,6 +152,17 @@ Status config_from_options(const nexar_comm_options_t *opts, Config *out) {
   if (HAS_FIELD(n, shm_max_bytes)) c.shm_max_bytes = opts->shm_max_bytes;
   if (HAS_FIELD(n, elastic)) c.elastic = opts->elastic != 0;
   if (HAS_FIELD(n, join_timeout_ms)) c.join_timeout_ms = opts->join_timeout_ms;
+  if (HAS_FIELD(n, topology_degree)) c.topology_degree = opts->topology_degree;
+  if (HAS_FIELD(n, topology_edge_count) && opts->topology_edge_count > 0) {
+    if (!opts->topology_edges)
+      return error(NEXAR_ERR_INVALID_ARGUMENT,
+                   "topology_edges is NULL but topology_edge_count is not 0");
+    if (opts->topology_edge_count > (size_t{1} << 24))
+      return error(NEXAR_ERR_INVALID_ARGUMENT,
+                   format("topology_edge_count %zu is too large", opts->topology_edge_count));
+    c.topology_edges.assign(opts->topology_edges,
+                            opts->topology_edges + 2 * opts->topology_edge_count);
+  }
 
   if (c.completion_mode > NEXAR_COMPLETION_POLLED)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
@@ -165,9 +177,18 @@ Status config_from_options(const nexar_comm_options_t *opts, Config *out) {
   if (c.heartbeat_interval_ms == 0 || c.heartbeat_timeout_ms < c.heartbeat_interval_ms)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  "heartbeat_timeout_ms must be at least heartbeat_interval_ms, which must be > 0");
-  if (c.topology > NEXAR_TOPOLOGY_RING)
+  if (c.topology > NEXAR_TOPOLOGY_CUSTOM)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
-                 format("topology %u is not valid (NEXAR_TOPOLOGY_FULL or _RING)", c.topology));
+                 format("topology %u is not valid (NEXAR_TOPOLOGY_FULL, _RING, _KREGULAR, "
+                        "_HYPERCUBE or _CUSTOM)",
+                        c.topology));
+  if (c.topology == NEXAR_TOPOLOGY_KREGULAR && (c.topology_degree < 2 || c.topology_degree > 65535))
+    return error(NEXAR_ERR_INVALID_ARGUMENT,
+                 format("topology_degree %u is not valid for NEXAR_TOPOLOGY_KREGULAR (2 to 65535)",
+                        c.topology_degree));
+  if (c.topology == NEXAR_TOPOLOGY_CUSTOM && c.topology_edges.empty())
+    return error(NEXAR_ERR_INVALID_ARGUMENT,
+                 "NEXAR_TOPOLOGY_CUSTOM needs topology_edges (pairs of ranks)");
   if (c.shm > NEXAR_SHM_REQUIRE)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  format("shm %u is not valid (NEXAR_SHM_AUTO, _OFF or _REQUIRE)", c.shm));

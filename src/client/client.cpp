@@ -22,7 +22,7 @@ Client::Client(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
                                                                          : PoolProfile::Training)),
       loop_(static_cast<int32_t>(id.rank)),
       mailbox_(std::make_unique<Mailbox>(pool_, liveness_)),
-      topo_(cfg_.topology, id.world_size),
+      topo_(cfg_, id.world_size),
       relay_(std::make_unique<Relay>(*this)) {
   peers_.reserve(id.world_size);
   for (uint32_t r = 0; r < id.world_size; ++r)
@@ -142,6 +142,7 @@ void Client::fail_unreachable(uint32_t world_rank, const Status &s) {
 
 bool Client::fail_peer(uint32_t world_rank, const Status &s) {
   const bool first = liveness_.mark_failed(world_rank, s);
+  relay_->on_rank_lost(world_rank, s);  // sparse meshes: routes go round it
   mailbox_->fail_peer(world_rank, s);
   if (rpc_) rpc_->fail_peer(world_rank, s);
   if (first) comms_.peer_failed(world_rank, s);

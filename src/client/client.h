@@ -91,6 +91,8 @@ class Client {
   void send_control(uint32_t world_rank, const wire::ControlMessage &m);
   // world_rank cannot be reached any more (a relay on its route was lost).
   void fail_unreachable(uint32_t world_rank, const Status &s);
+  // Routes avoid world_rank from now on (it failed; client/topology.h).
+  void reroute_around(uint32_t world_rank) { topo_.remove(world_rank); }
   void register_comm(Communicator *c) { comms_.add(c); }
   // Another rank declared world_rank failed (client/failure_notice.h).
   void declare_failed(uint32_t world_rank, const Status &s) { fail_peer(world_rank, s); }

@@ -1,5 +1,7 @@
 #include "client/peer_router.h"
 
+#include <algorithm>
+
 #include "client/client.h"
 #include "client/failure_notice.h"
 #include "client/stall_exchange.h"
@@ -67,6 +69,8 @@ void PeerRouter::on_control(QuicConnection *c, std::span<const uint8_t> message)
         } else if constexpr (std::is_same_v<T, wire::HelloAck>) {
           if (client_.peer(from).connection() == c && m.rank == from)
             client_.shm().on_hello_done(from, c);
+        } else if constexpr (std::is_same_v<T, wire::TopologyDigest>) {
+          on_topology(c, m);  // from the rank the certificate names
         } else if constexpr (std::is_same_v<T, wire::ShmOffer>) {
           if (client_.peer(from).connection() == c) client_.shm().on_offer(from, m);
         } else if constexpr (std::is_same_v<T, wire::Abort> ||
@@ -110,6 +114,9 @@ void PeerRouter::on_handshake_done(QuicConnection *c, const NodeIdentity &peer) 
   // The client speaks first; the server answers once the hello matches the
   // rank its certificate names.
   if (client_.peer(peer.rank).connection() == c) {
+    // The graph's digest first: a rank with another graph may refuse the
+    // hello (not its neighbour), and the digest says why.
+    send_topology(c);
     c->send_control(
         wire::Hello{kProtocolVersion, me.cluster_id, me.rank, me.world_size, host_name()});
     c->send_control(client_.shm().offer_for(peer.rank));
@@ -130,9 +137,8 @@ void PeerRouter::on_hello(QuicConnection *c, const wire::Hello &h) {
     s = error(NEXAR_ERR_AUTH, format("rank %u belongs to another cluster or world size (%u)",
                                      h.rank, h.world_size));
   else if (!client_.peer(h.rank).direct())
-    s = error(NEXAR_ERR_PROTOCOL,
-              format("rank %u is not a neighbour of rank %u in the %s topology", h.rank, me.rank,
-                     topology_name(client_.topology().kind())));
+    s = error(NEXAR_ERR_PROTOCOL, format("rank %u is not a neighbour of rank %u in the %s topology",
+                                         h.rank, me.rank, client_.topology().name().c_str()));
   else if (h.rank <= me.rank)
     s = error(NEXAR_ERR_PROTOCOL,
               format("rank %u connected to rank %u; lower ranks never connect", h.rank, me.rank));
@@ -146,12 +152,37 @@ void PeerRouter::on_hello(QuicConnection *c, const wire::Hello &h) {
   }
   client_.peer(h.rank).attach(c);
   c->send_control(wire::HelloAck{me.rank});
+  send_topology(c);
   c->send_control(client_.shm().offer_for(h.rank));
   client_.shm().on_hello_done(h.rank, c);
 }
 
 void PeerRouter::on_closed(QuicConnection *c, const Status &why) {
   client_.connection_closed(c, why);
+}
+
+void PeerRouter::send_topology(QuicConnection *c) {
+  const Topology &t = client_.topology();
+  c->send_control(wire::TopologyDigest{client_.identity().rank, t.digest(), t.name()});
+}
+
+void PeerRouter::on_topology(QuicConnection *c, const wire::TopologyDigest &d) {
+  const Topology &t = client_.topology();
+  const uint32_t me = client_.identity().rank;
+  if (d.digest == t.digest() && d.rank == c->expected_peer_rank()) return;
+  // The peer's ShmOffer follows this message, so the pair is not ready yet:
+  // formation fails instead of running with routes that disagree.
+  Status s = error(NEXAR_ERR_INVALID_ARGUMENT,
+                   format("ranks %u and %u disagree on the mesh topology: rank %u uses %s "
+                          "(digest %016llx), rank %u uses %s (digest %016llx); every rank must "
+                          "describe the same graph",
+                          std::min(me, d.rank), std::max(me, d.rank), me, t.name().c_str(),
+                          static_cast<unsigned long long>(t.digest()), d.rank, d.name.c_str(),
+                          static_cast<unsigned long long>(d.digest)),
+                   static_cast<int32_t>(d.rank));
+  LOG_WARN("%s", s.message.c_str());
+  client_.fail_formation(s);
+  c->close(1, s);
 }
 
 }  // namespace nexar

@@ -43,6 +43,11 @@ class PeerRouter : public ConnectionHandler {
   // Failure notices, leave, revoke and agreement messages (direct or
   // relayed); false for other messages.
   bool on_failure_control(uint32_t from, const wire::ControlMessage &m);
+  // The mesh graph's digest: from the dialler before its Hello, from the
+  // listener before its ShmOffer (the pair is ready only after both), so
+  // ranks with different graphs fail formation saying so and never route.
+  void send_topology(QuicConnection *c);
+  void on_topology(QuicConnection *c, const wire::TopologyDigest &d);
 
   Client &client_;
 };

@@ -18,6 +18,12 @@ uint64_t flow_key(uint32_t origin, uint32_t dest) {
   return (uint64_t{origin} * 0x9E3779B97F4A7C15ull) ^ (uint64_t{dest} * 0xC2B2AE3D27D4EB4Full);
 }
 
+Status lost_notice(uint32_t origin, uint32_t lost) {
+  return error(NEXAR_ERR_PEER_FAILED,
+               format("rank %u lost its connection to rank %u", origin, lost),
+               static_cast<int32_t>(lost));
+}
+
 }  // namespace
 
 // Tells the relay when the next hop acknowledged a forwarded chunk (or the
@@ -141,6 +147,11 @@ class RelaySink : public MessageSink {
     if (p.origin == me) return drop(format("it came back to its origin (a loop), for %u", p.dest));
     if (p.ttl == 0)
       return drop(format("its hop limit ran out on the way from %u to %u", p.origin, p.dest));
+    // A loss announced on the way or here: this rank reroutes before judging
+    // the route, which the announcing rank already chose round the lost one.
+    if (p.inner_kind == wire::kRelayRankLost && p.total < world && p.total != me)
+      relay_->on_rank_lost(static_cast<uint32_t>(p.total),
+                           lost_notice(p.origin, static_cast<uint32_t>(p.total)));
     // The route from origin to dest must run through the sender, then here.
     bool on_route = false;
     for (uint32_t cur = p.origin, hops = 0; cur != p.dest && hops <= world; ++hops) {
@@ -148,9 +159,20 @@ class RelaySink : public MessageSink {
       if (cur == from_ && next == me) on_route = true;
       cur = next;
     }
-    if (!on_route)
+    // After a failure, ranks learn of it at slightly different times and
+    // their routes differ for a moment: a frame from a neighbour that this
+    // rank can carry on is forwarded (the hop limit still ends any loop),
+    // and the destination takes what reached it.
+    if (!on_route && (p.dest == me || relay_->rerouted_) && topo.next_hop(me, p.dest) < world)
+      on_route = true;
+    if (!on_route) {
+      // A send waiting for its Ack hears why instead of waiting for its
+      // timeout (the routes may be changing after a failure).
+      if (p.send_id != 0 && (p.flags & wire::kRelayWantAck) && p.inner_kind < wire::kRelayAck)
+        relay_->send_notice(p.origin, wire::kRelayNack, p.send_id, me);
       return drop(format("rank %u is not on the route from %u to %u through this rank", from_,
                          p.origin, p.dest));
+    }
     if (p.dest != me) {
       mode_ = Mode::Forward;
       chunk_ = e.pool().checkout(static_cast<size_t>(chunk));
@@ -234,6 +256,14 @@ Relay::~Relay() {
 QuicConnection *Relay::route(uint32_t dest, Status *why) const {
   const uint32_t me = client_.identity().rank;
   const uint32_t hop = client_.topology().next_hop(me, dest);
+  if (hop >= client_.identity().world_size) {
+    if (why)
+      *why = error(NEXAR_ERR_PEER_FAILED,
+                   format("rank %u is unreachable from rank %u: no route in the %s topology", dest,
+                          me, client_.topology().name().c_str()),
+                   static_cast<int32_t>(dest));
+    return nullptr;
+  }
   QuicConnection *c = client_.peer(hop).direct_connection();
   if (!c && why) {
     const Status *dead = client_.peer(hop).failure();
@@ -325,6 +355,11 @@ void Relay::send_notice(uint32_t dest, uint8_t kind, uint64_t send_id, uint64_t 
 bool Relay::emit(uint32_t dest, OutgoingMessage m, uint64_t key, const wire::RelayPrefix &p,
                  Status *why) {
   const uint32_t hop = client_.topology().next_hop(client_.identity().rank, dest);
+  if (hop >= client_.identity().world_size) {
+    route(dest, why);
+    if (m.listener) m.listener->on_send_done(*why);
+    return false;
+  }
   if (QuicConnection *c = client_.peer(hop).direct_connection()) {
     c->send(std::move(m), false, key);
     return true;
@@ -404,9 +439,7 @@ void Relay::finish_notice(uint32_t from, const wire::RelayPrefix &p, const wire:
   if (p.inner_kind == wire::kRelayRankLost) {
     if (p.total >= client_.identity().world_size) return;
     const auto lost = static_cast<uint32_t>(p.total);
-    on_rank_lost(lost, error(NEXAR_ERR_PEER_FAILED,
-                             format("rank %u lost its connection to rank %u", p.origin, lost),
-                             static_cast<int32_t>(lost)));
+    if (lost != client_.identity().rank) on_rank_lost(lost, lost_notice(p.origin, lost));
     return;
   }
   auto it = watches_.find(p.send_id);
@@ -424,7 +457,9 @@ void Relay::finish_notice(uint32_t from, const wire::RelayPrefix &p, const wire:
   } else {
     w.waiter->on_relay_result(
         error(NEXAR_ERR_PEER_FAILED,
-              format("rank %u is unreachable: rank %u could not forward to rank %llu on its route",
+              format("the message to rank %u did not get through: rank %u on its route could "
+                     "not pass it on towards rank %llu (a rank on the route was lost, or routes "
+                     "were changing after a failure)",
                      w.dest, p.origin, ull(p.total)),
               static_cast<int32_t>(w.dest)));
   }
@@ -449,16 +484,6 @@ bool Relay::passes(uint32_t from, uint32_t to, uint32_t r) const {
     if (cur == r) return true;
   }
   return false;
-}
-
-std::vector<uint32_t> Relay::behind(uint32_t r) const {
-  const uint32_t me = client_.identity().rank;
-  std::vector<uint32_t> out;
-  // Routes need not be symmetric (a tie goes clockwise both ways), so the
-  // way back from d counts as well.
-  for (uint32_t d = 0; d < client_.identity().world_size; ++d)
-    if (d != me && (d == r || passes(me, d, r) || passes(d, me, r))) out.push_back(d);
-  return out;
 }
 
 void Relay::on_neighbour_lost(uint32_t rank, const QuicConnection *c, const Status &why) {
@@ -490,28 +515,49 @@ void Relay::on_neighbour_lost(uint32_t rank, const QuicConnection *c, const Stat
     }
   }
   if (!client_.topology().sparse()) return;
+  on_rank_lost(rank, why);  // routes go round it from here on
+  // Everyone else hears of it, on the new routes.
   const uint32_t me = client_.identity().rank;
-  const uint32_t world = client_.identity().world_size;
-  // Everyone else hears of it (those only reachable through it cannot be).
-  for (uint32_t d = 0; d < world; ++d)
-    if (d != me && d != rank && !passes(me, d, rank)) send_notice(d, wire::kRelayRankLost, 0, rank);
-  on_rank_lost(rank, why);
+  for (uint32_t d = 0; d < client_.identity().world_size; ++d)
+    if (d != me && !lost_[d] && client_.topology().distance(me, d) != Topology::kUnreachable)
+      send_notice(d, wire::kRelayRankLost, 0, rank);
 }
 
 void Relay::on_rank_lost(uint32_t lost, const Status &why) {
-  if (lost >= lost_.size() || lost_[lost]) return;
+  if (!client_.topology().sparse() || lost >= lost_.size() || lost_[lost]) return;
   lost_[lost] = true;
+  rerouted_ = true;
   const uint32_t me = client_.identity().rank;
-  fail_watches(
-      error(NEXAR_ERR_PEER_FAILED,
-            format("relayed send: rank %u on its route was lost: %s", lost, why.message.c_str())),
-      [](const Watch &w, uint32_t r) { return w.dest == r || w.next_hop == r; }, lost);
-  for (uint32_t d : behind(lost)) {
-    if (d == lost) continue;
+  const uint32_t world = client_.identity().world_size;
+  // Relayed sends whose route ran through it: their chunks may have died
+  // there, so they fail naming it (never lost silently). Found on the old
+  // routes, before they change.
+  std::vector<std::pair<uint64_t, Watch>> cut;
+  for (auto &[id, w] : watches_)
+    if (w.dest == lost || w.next_hop == lost || passes(me, w.dest, lost)) cut.emplace_back(id, w);
+  client_.reroute_around(lost);
+  for (auto &[id, w] : cut) {
+    if (!watches_.erase(id)) continue;
+    w.waiter->on_relay_result(
+        error(NEXAR_ERR_PEER_FAILED,
+              w.dest == lost
+                  ? format("relayed send to rank %u: it was lost: %s", lost, why.message.c_str())
+                  : format("relayed send to rank %u: rank %u, a relay on its route, was lost while "
+                           "the message was on the way (later sends take a route around it): %s",
+                           w.dest, lost, why.message.c_str()),
+              static_cast<int32_t>(w.dest)));
+  }
+  // Ranks the failures cut off from this one: a partition.
+  std::string gone;
+  for (uint32_t r = 0; r < world; ++r)
+    if (lost_[r]) gone += (gone.empty() ? "" : ",") + std::to_string(r);
+  for (uint32_t d = 0; d < world; ++d) {
+    if (d == me || lost_[d] || client_.topology().distance(me, d) != Topology::kUnreachable)
+      continue;
     Status s = error(NEXAR_ERR_PEER_FAILED,
-                     format("rank %u is unreachable from rank %u: rank %u on its route was "
-                            "lost: %s",
-                            d, me, lost, why.message.c_str()),
+                     format("rank %u is unreachable from rank %u: the mesh is partitioned, "
+                            "every route between them ran through lost rank(s) %s",
+                            d, me, gone.c_str()),
                      static_cast<int32_t>(d));
     fail_watches(
         s, [](const Watch &w, uint32_t r) { return w.dest == r; }, d);

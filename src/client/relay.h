@@ -25,9 +25,13 @@
 // exactly as a direct message from the origin would: same match key, same
 // size and check semantics, same unexpected-data budget.
 //
-// Failure: losing a neighbour fails, at once, every relayed wait whose route
-// goes through it, and the ranks next to the lost one tell every other rank
-// (RankLost notice) so waits on it fail everywhere with NEXAR_ERR_PEER_FAILED.
+// Failure: when a rank is lost (its connection here, a RankLost notice from
+// a rank next to it, or a failure notice) every route is recomputed around
+// it (Topology::remove), so later messages take a detour. Relayed sends whose
+// route ran through it fail at once with NEXAR_ERR_PEER_FAILED naming it
+// (their chunks may have died there); ranks the failures cut off are failed
+// as unreachable (a partition). The ranks next to the lost one tell every
+// other rank (RankLost notice) so waits on it fail everywhere.
 // Malformed or misrouted relay frames are counted, logged and dropped; the
 // connection and other flows carry on.
 #pragma once
@@ -150,8 +154,6 @@ class Relay {
                      std::vector<uint8_t> body);
   void fail_watches(const Status &why, bool (*match)(const Watch &, uint32_t), uint32_t arg);
   void drop_sink(RelaySink *s);
-  // Ranks whose route from here, or to here, passes through `r` (r included).
-  std::vector<uint32_t> behind(uint32_t r) const;
   // Whether the route from `from` to `to` goes through r (to itself counts).
   bool passes(uint32_t from, uint32_t to, uint32_t r) const;
 
@@ -163,6 +165,7 @@ class Relay {
   std::unordered_map<uint32_t, std::vector<Parked>> parked_;  // by next hop
   std::unordered_map<RelaySink *, std::unique_ptr<RelaySink>> sinks_;
   std::vector<bool> lost_;  // ranks already reported lost
+  bool rerouted_ = false;   // some rank was lost: routes changed
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_forwarded_ = 0;
   uint64_t dropped_ = 0;

@@ -39,6 +39,10 @@ void MeshFormation::fail(const Status &why) {
 
 Status MeshFormation::start(const std::vector<SocketAddress> &peer_addrs) {
   const Client::Identity &me = client_->identity();
+  if (!client_->topology().problem().ok()) {
+    const Status &p = client_->topology().problem();
+    return error(p.code, format("rank %u: %s", me.rank, p.message.c_str()));
+  }
   if (me.world_size == 1) return {};
   Status start_error;
   client_->loop().run_sync([&] {
@@ -79,7 +83,7 @@ Status MeshFormation::wait() {
                         me.rank, static_cast<unsigned long long>(timeout_ms), missing.c_str()));
   }
   LOG_DEBUG("mesh formed with %zu neighbours (%s topology; packets sealed by %s)", want,
-            topology_name(client_->topology().kind()), PacketCipher::implementation());
+            client_->topology().name().c_str(), PacketCipher::implementation());
   return {};
 }
 

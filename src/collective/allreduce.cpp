@@ -64,6 +64,7 @@
 
 #include "collective/collectives.h"
 #include "collective/forced_choice.h"
+#include "collective/mesh_shape.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
 #include "core/log.h"
@@ -352,7 +353,15 @@ Task<Status> allreduce(Coll &c) {
   if (!forced.valid())
     co_return error(NEXAR_ERR_INVALID_ARGUMENT, format("%s: %s", c.what(), forced.problem.c_str()));
   Algo algo = static_cast<Algo>(forced.index);
-  if (algo == Algo::Auto) {
+  const MeshShape shape = algo == Algo::Auto ? mesh_shape(c) : MeshShape::Full;
+  if (algo == Algo::Auto && shape == MeshShape::Cube) {
+    // Every partner of recursive doubling and halving is a cube link; the
+    // ring's r+1 is not (for odd r), nor the star's rank 0.
+    algo = v.bytes < kRecursiveDoublingMaxBytes ? Algo::RecursiveDoubling : Algo::HalvingDoubling;
+  } else if (algo == Algo::Auto && shape == MeshShape::Ring) {
+    // Ring steps are links; halving partners at distance 2^k mostly are not.
+    algo = v.bytes < kRecursiveDoublingMaxBytes ? Algo::RecursiveDoubling : Algo::Ring;
+  } else if (algo == Algo::Auto) {
     if (v.bytes >= c.config().large_msg_bytes)
       algo = Algo::Ring;
     else if (v.bytes <= kStarMaxBytes && c.size() >= 3 && c.size() <= kStarMaxWorld)

@@ -41,6 +41,7 @@
 
 #include "collective/collectives.h"
 #include "collective/forced_choice.h"
+#include "collective/mesh_shape.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
 #include "core/log.h"
@@ -59,34 +60,45 @@ constexpr uint64_t kChainMinSegmentBytes = 64 << 10;  // first message: step 0
 
 using Algo = BroadcastAlgo;
 
+// On a ring-shaped sparse mesh (collective/mesh_shape.h) the chain's every
+// hop is a link, while tree edges to far ranks are relayed: the chain from
+// this size on.
+constexpr uint64_t kChainOnRingMinBytes = 64 << 10;
+
 // Sends [first, last) of buf (element offsets) to each child of v at once;
 // child i gets range_of(child).
 template <class RangeOf>
-Task<Status> send_to_children(Coll &c, uint32_t v, uint32_t step, RangeOf range_of) {
-  const uint32_t n = c.size(), root = c.args().root;
+Task<Status> send_to_children(Coll &c, uint32_t v, uint32_t step, RangeOf range_of,
+                              const TreeRanks &tree) {
+  const uint32_t n = c.size();
   const uint32_t kids = Binomial::num_children(v, n);
   std::vector<Task<Status>> sends;
   // Largest subtree first: it has the longest way to go.
   for (uint32_t i = kids; i-- > 0;) {
     const uint32_t child = Binomial::child(v, i);
     const auto [data, bytes] = range_of(child);
-    sends.push_back(c.send(sched::from_vrank(child, root, n), step, data, bytes));
+    sends.push_back(c.send(tree.from_v(child), step, data, bytes));
   }
   co_return co_await when_all(c.op(), std::move(sends));
 }
 
-Task<Status> binomial(Coll &c) {
-  const uint32_t n = c.size(), root = c.args().root;
-  const uint32_t v = sched::to_vrank(c.rank(), root, n);
+Task<Status> binomial(Coll &c, bool cube) {
+  const TreeRanks tree{c.args().root, c.size(), cube};
+  const uint32_t v = tree.to_v(c.rank());
   uint8_t *buf = static_cast<uint8_t *>(c.args().recvbuf);
   const uint64_t bytes = uint64_t{c.args().count} * c.esize();
   const uint32_t step = step_id(kPhaseTree, 0);
   if (v != 0) {
     const uint32_t parent = static_cast<uint32_t>(Binomial::parent(v));
-    Status s = co_await c.recv(sched::from_vrank(parent, root, n), step, buf, bytes);
+    Status s = co_await c.recv(tree.from_v(parent), step, buf, bytes);
     if (!s) co_return s;
   }
-  co_return co_await send_to_children(c, v, step, [&](uint32_t) { return ConstPiece{buf, bytes}; });
+  co_return co_await send_to_children(
+      c, v, step,
+      [&](uint32_t) {
+        return ConstPiece{buf, bytes};
+      },
+      tree);
 }
 
 // Allgather over virtual ranks: block v (of p, in virtual-rank order) starts
@@ -134,10 +146,13 @@ Task<Status> scatter_allgather(Coll &c) {
     Status s = co_await c.recv(sched::from_vrank(parent, root, n), step, mine.data, mine.bytes);
     if (!s) co_return s;
   }
-  Status s = co_await send_to_children(c, v, step, [&](uint32_t w) {
-    const MutPiece p = subtree(w);
-    return ConstPiece{p.data, p.bytes};
-  });
+  Status s = co_await send_to_children(
+      c, v, step,
+      [&](uint32_t w) {
+        const MutPiece p = subtree(w);
+        return ConstPiece{p.data, p.bytes};
+      },
+      TreeRanks{root, n, false});
   if (!s) co_return s;
   const uint32_t segs = ring_segments(c, n - 1, blocks.max_length(), false);
   BroadcastRing plan(c, v, segs);
@@ -214,10 +229,15 @@ Task<Status> broadcast(Coll &c) {
   if (!forced.valid())
     co_return error(NEXAR_ERR_INVALID_ARGUMENT, format("%s: %s", c.what(), forced.problem.c_str()));
   Algo algo = static_cast<Algo>(forced.index);
-  if (algo == Algo::Auto)
+  const MeshShape shape = mesh_shape(c);
+  if (algo == Algo::Auto && shape == MeshShape::Cube)
+    algo = Algo::Binomial;  // over r XOR root: every edge a cube link
+  else if (algo == Algo::Auto && shape == MeshShape::Ring)
+    algo = n >= 3 && bytes >= kChainOnRingMinBytes ? Algo::Chain : Algo::Binomial;
+  else if (algo == Algo::Auto)
     algo = n >= 3 && bytes >= c.config().large_msg_bytes ? Algo::Chain : Algo::Binomial;
   c.note_algorithm(kBroadcastAlgoNames[static_cast<int>(algo)]);
-  if (algo == Algo::Binomial) co_return co_await binomial(c);
+  if (algo == Algo::Binomial) co_return co_await binomial(c, shape == MeshShape::Cube);
   if (algo == Algo::Chain) co_return co_await chain(c);
   co_return co_await scatter_allgather(c);
 }

@@ -18,6 +18,7 @@
 // References: Thakur, Rabenseifner & Gropp (IJHPCA 2005), section 4.4;
 // MPICH reduce_intra_binomial.c.
 #include "collective/collectives.h"
+#include "collective/mesh_shape.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
 
@@ -40,10 +41,11 @@ Task<Status> reduce(Coll &c) {
     co_return Status();
   }
   if (a.count == 0) co_return Status();
-  const uint32_t v = sched::to_vrank(me, root, n);
+  // On a hypercube the tree runs over r XOR root: every edge a cube link.
+  const TreeRanks tree{root, n, mesh_shape(c) == MeshShape::Cube};
+  const uint32_t v = tree.to_v(me);
   const uint32_t kids = Binomial::num_children(v, n);
-  const uint32_t parent =
-      v == 0 ? 0 : sched::from_vrank(static_cast<uint32_t>(Binomial::parent(v)), root, n);
+  const uint32_t parent = v == 0 ? 0 : tree.from_v(static_cast<uint32_t>(Binomial::parent(v)));
   if (kids == 0) co_return co_await c.send(parent, kStep, src, bytes);
 
   PooledBuf acc_buf;
@@ -56,7 +58,7 @@ Task<Status> reduce(Coll &c) {
   // child_1, then acc op child_2, ... (children arriving before their
   // receive is posted wait in the mailbox).
   for (uint32_t i = 0; i < kids; ++i) {
-    const uint32_t child = sched::from_vrank(Binomial::child(v, i), root, n);
+    const uint32_t child = tree.from_v(Binomial::child(v, i));
     Status s = co_await c.recv_reduce(child, kStep, acc, i == 0 ? src : acc, bytes,
                                       /*own_first=*/true);
     if (!s) co_return s;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "nexar.h"
@@ -43,6 +44,8 @@ struct Config {
   uint64_t shm_max_bytes = 64ull << 20;
   bool elastic = false;               // keep the elastic seed's connection; join a running world
   uint64_t join_timeout_ms = 300000;  // how long a joiner waits to be admitted
+  uint32_t topology_degree = 4;
+  std::vector<uint32_t> topology_edges;  // pairs of ranks (NEXAR_TOPOLOGY_CUSTOM)
   // The algorithms forced for allreduce and broadcast: not option fields,
   // read from NEXAR_ALLREDUCE_ALGO / NEXAR_BROADCAST_ALGO with the options
   // (capi/options.h).

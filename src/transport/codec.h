@@ -511,10 +511,31 @@ struct AgreeMsg {
   bool operator==(const AgreeMsg &) const = default;
 };
 
+// Both directions (dialler: before Hello; listener: after HelloAck, before
+// ShmOffer): the mesh graph this rank uses
+// (client/topology.h). Ranks whose digests differ would route differently,
+// so formation fails naming both.
+struct TopologyDigest {
+  static constexpr uint8_t kType = 0x40;
+  static constexpr std::string_view kName = "TopologyDigest";
+  uint32_t rank = 0;
+  uint64_t digest = 0;
+  std::string name;  // "k_regular:4", for the error message
+
+  template <class M, class F>
+  static void fields(M &m, F &&f) {
+    f("rank", m.rank);
+    f("digest", m.digest);
+    f("name", m.name);
+  }
+  bool operator==(const TopologyDigest &) const = default;
+};
+
 using ControlMessage =
     std::variant<Hello, HelloAck, Heartbeat, Abort, Goodbye, CollectiveMismatch, JoinChallenge,
                  JoinRequest, JoinAdmitted, Welcome, MeshReady, JoinError, ShmOffer, StallQuery,
-                 StallAnswer, PeerFailed, CommLeft, Revoke, AgreeMsg, PendingJoins, GrowRequest>;
+                 StallAnswer, PeerFailed, CommLeft, Revoke, AgreeMsg, PendingJoins, GrowRequest,
+                 TopologyDigest>;
 
 // Exactly one of message / error is set.
 struct DecodeResult {

@@ -263,9 +263,10 @@ TEST(Relay, AbortReachesNonNeighbours) {
   EXPECT_NE(done.records[0].message.find("rank 0"), std::string::npos) << done.records[0].message;
 }
 
-// Losing a relay fails what depends on it with NEXAR_ERR_PEER_FAILED instead
-// of hanging; routes that avoid it keep working.
-TEST(Relay, LostIntermediateFailsRelayedOperations) {
+// Losing a relay: routes go round it (every rank recomputes them), waits on
+// the lost rank itself fail with NEXAR_ERR_PEER_FAILED, and a second loss
+// that cuts the ring in two is reported as a partition.
+TEST(Relay, LostIntermediateIsRoutedAround) {
   nexar_comm_options_t o = ring_options();
   o.p2p_timeout_ms = 120000;  // a hang would show as a timeout, far later
   nexar_comm_t *c[6];
@@ -278,29 +279,48 @@ TEST(Relay, LostIntermediateFailsRelayedOperations) {
   NX_OK(nexar_send(c[0], v.data(), v.size(), 2, 1, nullptr, nullptr));
   ASSERT_TRUE(before.wait(1));
   EXPECT_EQ(before.records[0].status, NEXAR_OK);
-  // Receives pending on ranks reachable only through rank 1.
+  EXPECT_GT(stats(c[1]).relay_bytes_forwarded, 0u);
+  // A receive from the rank about to go, on a rank that is not its neighbour.
   Completions pending;
-  uint64_t x = 0, y = 0;
-  ASSERT_EQ(nexar_recv(c[0], &x, 8, 2, 9, Completions::callback, &pending), NEXAR_OK);
-  ASSERT_EQ(nexar_recv(c[3], &y, 8, 0, 9, Completions::callback, &pending), NEXAR_OK);
+  uint64_t x = 0;
+  ASSERT_EQ(nexar_recv(c[3], &x, 8, 1, 9, Completions::callback, &pending), NEXAR_OK);
   nexar_comm_destroy(c[1]);
-  ASSERT_TRUE(pending.wait(2, 30)) << "pending relayed receives fail instead of hanging";
-  for (auto &r : pending.records) {
-    EXPECT_EQ(r.status, NEXAR_ERR_PEER_FAILED) << r.message;
-    EXPECT_NE(r.message.find("rank 1"), std::string::npos) << r.message;
+  ASSERT_TRUE(pending.wait(1, 30)) << "a receive from the lost rank fails instead of hanging";
+  EXPECT_EQ(pending.records[0].status, NEXAR_ERR_PEER_FAILED) << pending.records[0].message;
+  EXPECT_NE(pending.records[0].message.find("rank 1"), std::string::npos)
+      << pending.records[0].message;
+  // 0 -> 2 and 2 -> 0 now go the long way round (5, 4, 3), both ways.
+  const uint64_t forwarded_before = stats(c[4]).relay_bytes_forwarded;
+  for (auto [from, to] : {std::pair{0u, 2u}, std::pair{2u, 0u}, std::pair{0u, 3u}}) {
+    Completions ok;
+    std::fill(got.begin(), got.end(), 0);
+    ASSERT_EQ(nexar_recv(c[to], got.data(), got.size(), from, 3, Completions::callback, &ok),
+              NEXAR_OK);
+    NX_OK(nexar_send(c[from], v.data(), v.size(), to, 3, nullptr, nullptr));
+    ASSERT_TRUE(ok.wait(1));
+    EXPECT_EQ(ok.records[0].status, NEXAR_OK) << ok.records[0].message;
+    EXPECT_TRUE(got == v) << from << " -> " << to;
   }
-  // New sends through the lost rank fail at once, naming the unreachable rank.
+  EXPECT_GT(stats(c[4]).relay_bytes_forwarded, forwarded_before) << "the detour runs through 4";
+  // Sends to the lost rank fail naming it.
+  EXPECT_EQ(nexar_send(c[0], v.data(), 8, 1, 2, nullptr, nullptr), NEXAR_ERR_PEER_FAILED);
+  // Losing rank 4 as well cuts {2, 3} off from {5, 0}: a partition.
+  Completions cut;
+  ASSERT_EQ(nexar_recv(c[0], &x, 8, 3, 9, Completions::callback, &cut), NEXAR_OK);
+  nexar_comm_destroy(c[4]);
+  ASSERT_TRUE(cut.wait(1, 30)) << "a receive across the partition fails";
+  EXPECT_EQ(cut.records[0].status, NEXAR_ERR_PEER_FAILED) << cut.records[0].message;
+  EXPECT_NE(cut.records[0].message.find("partitioned"), std::string::npos)
+      << cut.records[0].message;
   EXPECT_EQ(nexar_send(c[0], v.data(), v.size(), 2, 2, nullptr, nullptr), NEXAR_ERR_PEER_FAILED);
   EXPECT_NE(std::string(nexar_last_error_message()).find("rank 2"), std::string::npos)
       << nexar_last_error_message();
-  EXPECT_EQ(nexar_send(c[0], v.data(), v.size(), 3, 2, nullptr, nullptr), NEXAR_ERR_PEER_FAILED);
-  // 0 -> 4 goes through 5: unaffected.
+  // 0 <-> 5 are neighbours: unaffected.
   Completions ok;
-  ASSERT_EQ(nexar_recv(c[4], got.data(), got.size(), 0, 3, Completions::callback, &ok), NEXAR_OK);
-  NX_OK(nexar_send(c[0], v.data(), v.size(), 4, 3, nullptr, nullptr));
+  ASSERT_EQ(nexar_recv(c[5], got.data(), got.size(), 0, 4, Completions::callback, &ok), NEXAR_OK);
+  NX_OK(nexar_send(c[0], v.data(), v.size(), 5, 4, nullptr, nullptr));
   ASSERT_TRUE(ok.wait(1));
   EXPECT_EQ(ok.records[0].status, NEXAR_OK) << ok.records[0].message;
-  EXPECT_EQ(got, v);
-  for (uint32_t r : {0u, 2u, 3u, 4u, 5u})
+  for (uint32_t r : {0u, 2u, 3u, 5u})
     nexar_comm_destroy(c[r]);
 }

@@ -78,6 +78,9 @@ std::vector<ControlMessage> samples() {
       ShmOffer{},
       ShmOffer{1, "boot/4026531840/1000", 4242, "nexar-shm-0123456789abcdef01234567"},
       ShmOffer{255, max_str, kU32Max, binary},
+      TopologyDigest{},
+      TopologyDigest{7, 0x0123456789abcdefULL, "k_regular:4"},
+      TopologyDigest{kU32Max, kU64Max, max_str},
   };
 }
 

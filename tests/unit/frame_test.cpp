@@ -1,12 +1,10 @@
-// Frame headers and the relay prefix (transport/frame.h), and the routes of
-// sparse topologies (client/topology.h).
+// Frame headers and the relay prefix (transport/frame.h); the routes of
+// sparse topologies are tested in topology_test.
 #include "transport/frame.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
-
-#include "client/topology.h"
 
 using namespace nexar;
 
@@ -69,44 +67,4 @@ TEST(RelayFrame, LengthBoundedByOneChunk) {
   h.length += 1;
   wire::encode_frame_header(h, b);
   EXPECT_EQ(wire::decode_frame_header(b, &out).code, NEXAR_ERR_PROTOCOL);
-}
-
-TEST(Topology, RingNeighboursAndRoutes) {
-  Topology ring(NEXAR_TOPOLOGY_RING, 6);
-  EXPECT_TRUE(ring.sparse());
-  EXPECT_EQ(ring.neighbours(0), (std::vector<uint32_t>{1, 5}));
-  EXPECT_EQ(ring.next_hop(0, 2), 1u);
-  EXPECT_EQ(ring.next_hop(0, 4), 5u);
-  EXPECT_EQ(ring.next_hop(0, 3), 1u) << "a tie goes clockwise";
-  EXPECT_EQ(ring.next_hop(3, 0), 4u);
-  EXPECT_EQ(ring.distance(0, 3), 3u);
-  // Every route ends at its destination within the diameter.
-  for (uint32_t a = 0; a < 6; ++a)
-    for (uint32_t d = 0; d < 6; ++d) {
-      uint32_t cur = a, hops = 0;
-      while (cur != d && hops < 6) {
-        const uint32_t next = ring.next_hop(cur, d);
-        EXPECT_TRUE(ring.is_neighbour(cur, next));
-        cur = next;
-        ++hops;
-      }
-      EXPECT_EQ(cur, d);
-      EXPECT_EQ(hops, ring.distance(a, d));
-    }
-  // Small rings are full meshes.
-  Topology small(NEXAR_TOPOLOGY_RING, 3);
-  EXPECT_FALSE(small.sparse());
-  EXPECT_TRUE(small.is_neighbour(0, 2));
-  Topology full(NEXAR_TOPOLOGY_FULL, 6);
-  EXPECT_EQ(full.neighbours(2).size(), 5u);
-  EXPECT_EQ(full.next_hop(0, 3), 3u);
-}
-
-TEST(Topology, Parse) {
-  uint32_t t = 99;
-  EXPECT_TRUE(parse_topology("RING", &t).ok());
-  EXPECT_EQ(t, static_cast<uint32_t>(NEXAR_TOPOLOGY_RING));
-  EXPECT_TRUE(parse_topology("full", &t).ok());
-  EXPECT_EQ(t, static_cast<uint32_t>(NEXAR_TOPOLOGY_FULL));
-  EXPECT_EQ(parse_topology("hypercube", &t).code, NEXAR_ERR_INVALID_ARGUMENT);
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -180,6 +181,47 @@ func TestStatsAndVersion(t *testing.T) {
 	}
 	if v := nexar.Version(); v == "" || v[0] < '0' || v[0] > '9' {
 		t.Fatalf("Version() = %q", v)
+	}
+}
+
+// Hypercube, k_regular and custom meshes: few links each, exact results.
+func TestSparseTopologies(t *testing.T) {
+	cases := []struct {
+		name  string
+		n     int
+		opt   nexar.Option
+		links []uint64
+	}{
+		{"hypercube", 8, nexar.WithTopology("hypercube"), []uint64{3, 3, 3, 3, 3, 3, 3, 3}},
+		{"k_regular:4", 6, nexar.WithTopology("k_regular:4"), []uint64{4, 4, 4, 4, 4, 4}},
+		{"path", 4, nexar.WithTopologyEdges([][2]int{{0, 1}, {1, 2}, {2, 3}}), []uint64{1, 2, 2, 1}},
+	}
+	for _, tc := range cases {
+		comms := world(t, tc.n, tc.opt)
+		onEach(t, comms, func(c *nexar.Comm) error {
+			buf := []int64{int64(c.Rank() + 1)}
+			if err := nexar.AllReduce(context.Background(), c, buf, nexar.Sum); err != nil {
+				return err
+			}
+			return equal(buf, []int64{int64(tc.n * (tc.n + 1) / 2)})
+		})
+		for r, c := range comms {
+			st, err := c.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Connections != tc.links[r] {
+				t.Errorf("%s: rank %d has %d connections, want %d", tc.name, r, st.Connections,
+					tc.links[r])
+			}
+		}
+	}
+	if _, err := nexar.BootstrapLocal(4, nexar.WithTopologyEdges([][2]int{{0, 1}, {2, 3}})); err == nil ||
+		!strings.Contains(err.Error(), "not connected") {
+		t.Fatalf("a disconnected graph: err = %v", err)
+	}
+	if _, err := nexar.BootstrapLocal(4, nexar.WithTopology("k_regular:1")); err == nil {
+		t.Fatal("k_regular:1 accepted")
 	}
 }
 

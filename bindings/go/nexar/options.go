@@ -8,6 +8,8 @@ import "C"
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -190,19 +192,58 @@ func WithRPCTimeout(d time.Duration) Option {
 	return durationOption("rpc timeout", d, func(c *config) *C.uint64_t { return &c.raw.rpc_timeout_ms })
 }
 
-// WithTopology chooses the mesh: "full" (every pair connected, the default)
-// or "ring" (each rank connected to its two neighbours, the rest relayed;
-// see docs/relay.md). Every rank must use the same topology.
+// WithTopology chooses the mesh: "full" (every pair connected, the default),
+// "ring" (each rank connected to its two neighbours, the rest relayed),
+// "k_regular:K" (K neighbours each) or "hypercube" (about log2 N each); see
+// docs/relay.md. Every rank must use the same topology.
 func WithTopology(t string) Option {
 	return func(c *config) error {
-		switch t {
-		case "full":
+		switch {
+		case t == "full":
 			c.raw.topology = C.NEXAR_TOPOLOGY_FULL
-		case "ring":
+		case t == "ring":
 			c.raw.topology = C.NEXAR_TOPOLOGY_RING
+		case t == "hypercube":
+			c.raw.topology = C.NEXAR_TOPOLOGY_HYPERCUBE
+		case strings.HasPrefix(t, "k_regular:"):
+			k, err := strconv.ParseUint(t[len("k_regular:"):], 10, 16)
+			if err != nil || k < 2 {
+				return fmt.Errorf("topology %q: the degree must be a number from 2 to 65535", t)
+			}
+			c.raw.topology = C.NEXAR_TOPOLOGY_KREGULAR
+			c.raw.topology_degree = C.uint32_t(k)
 		default:
-			return fmt.Errorf("topology must be \"full\" or \"ring\", not %q", t)
+			return fmt.Errorf("topology must be \"full\", \"ring\", \"k_regular:K\" or "+
+				"\"hypercube\", not %q", t)
 		}
+		return nil
+	}
+}
+
+// WithTopologyEdges makes the mesh a custom graph: each pair is a direct
+// link between two ranks, and the graph must be connected (creation fails
+// otherwise). Every rank must give the same links.
+func WithTopologyEdges(pairs [][2]int) Option {
+	return func(c *config) error {
+		if len(pairs) == 0 {
+			return fmt.Errorf("topology edges: at least one pair of ranks is needed")
+		}
+		// C memory: nexar copies the pairs; free releases them with the strings.
+		const word = C.size_t(unsafe.Sizeof(C.uint32_t(0)))
+		mem := C.malloc(C.size_t(2*len(pairs)) * word)
+		c.strs = append(c.strs, (*C.char)(mem))
+		ranks := unsafe.Slice((*C.uint32_t)(mem), 2*len(pairs))
+		for i, p := range pairs {
+			for j, r := range p {
+				if r < 0 || r > math.MaxUint32 {
+					return fmt.Errorf("topology edge %d: rank %d is not valid", i, r)
+				}
+				ranks[2*i+j] = C.uint32_t(r)
+			}
+		}
+		c.raw.topology = C.NEXAR_TOPOLOGY_CUSTOM
+		c.raw.topology_edges = (*C.uint32_t)(mem)
+		c.raw.topology_edge_count = C.size_t(len(pairs))
 		return nil
 	}
 }

@@ -55,20 +55,54 @@ bool apply_join_option(nexar_comm_options_t *o, JoinStrings *s, const std::strin
   return true;
 }
 
-void apply_options(nexar_comm_options_t *o, const py::kwargs &kw, JoinStrings *join = nullptr) {
+// topology="full" | "ring" | "hypercube" | "k_regular:K", or a sequence of
+// (rank, rank) links (a custom graph, whose pairs land in *edges).
+void apply_topology(nexar_comm_options_t *o, const py::handle &v, std::vector<uint32_t> *edges) {
+  const std::string bad =
+      "topology must be \"full\", \"ring\", \"hypercube\", "
+      "\"k_regular:K\" or a list of (rank, rank) pairs, not " +
+      py::repr(v).cast<std::string>();
+  if (py::isinstance<py::str>(v)) {
+    const std::string s = v.cast<std::string>();
+    if (s == "full") {
+      o->topology = NEXAR_TOPOLOGY_FULL;
+    } else if (s == "ring") {
+      o->topology = NEXAR_TOPOLOGY_RING;
+    } else if (s == "hypercube") {
+      o->topology = NEXAR_TOPOLOGY_HYPERCUBE;
+    } else if (s.rfind("k_regular:", 0) == 0 && s.size() > 10 &&
+               s.find_first_not_of("0123456789", 10) == std::string::npos && s.size() < 16) {
+      o->topology = NEXAR_TOPOLOGY_KREGULAR;
+      o->topology_degree = static_cast<uint32_t>(std::stoul(s.substr(10)));
+    } else {
+      throw py::value_error(bad);
+    }
+    return;
+  }
+  if (!py::isinstance<py::sequence>(v)) throw py::value_error(bad);
+  edges->clear();
+  for (auto pair : v.cast<py::sequence>()) {
+    if (!py::isinstance<py::sequence>(pair) || py::len(pair) != 2) throw py::value_error(bad);
+    for (auto end : pair.cast<py::sequence>()) {
+      const int64_t r = end.cast<int64_t>();
+      if (r < 0 || r > UINT32_MAX) throw py::value_error(bad);
+      edges->push_back(static_cast<uint32_t>(r));
+    }
+  }
+  o->topology = NEXAR_TOPOLOGY_CUSTOM;
+  o->topology_edges = edges->data();
+  o->topology_edge_count = edges->size() / 2;
+}
+
+// edges holds a custom topology's pairs, join the join options' strings
+// (nexar.init only), while nexar reads them.
+void apply_options(nexar_comm_options_t *o, const py::kwargs &kw, std::vector<uint32_t> *edges,
+                   JoinStrings *join = nullptr) {
   for (auto item : kw) {
     const std::string k = py::str(item.first).cast<std::string>();
     if (join && apply_join_option(o, join, k, item.second)) continue;
     if (k == "topology") {
-      const std::string v =
-          py::isinstance<py::str>(item.second) ? item.second.cast<std::string>() : "";
-      if (v == "full")
-        o->topology = NEXAR_TOPOLOGY_FULL;
-      else if (v == "ring")
-        o->topology = NEXAR_TOPOLOGY_RING;
-      else
-        throw py::value_error("topology must be \"full\" or \"ring\", not " +
-                              py::repr(item.second).cast<std::string>());
+      apply_topology(o, item.second, edges);
       continue;
     }
     if (k == "shm") {
@@ -127,7 +161,8 @@ py::list bootstrap_local(int64_t world_size, const py::kwargs &kw) {
   nexar_comm_options_t opts;
   if (nexar_status_t st = nexar_comm_options_init(&opts, sizeof opts))
     raise_nexar(st, -1, nexar_last_error_message(), "bootstrap_local", -1);
-  apply_options(&opts, kw);
+  std::vector<uint32_t> edges;  // read by nexar_bootstrap_local
+  apply_options(&opts, kw, &edges);
   std::vector<nexar_comm_t *> comms(static_cast<size_t>(world_size), nullptr);
   nexar_status_t st;
   std::string msg;
@@ -159,7 +194,8 @@ py::object init(const py::kwargs &kw) {
     if (nexar_status_t s = nexar_comm_options_init(&opts, sizeof opts))
       raise_nexar(s, -1, nexar_last_error_message(), "init", -1);
     JoinStrings strings;
-    apply_options(&opts, kw, &strings);
+    std::vector<uint32_t> edges;  // read by nexar_comm_join
+    apply_options(&opts, kw, &edges, &strings);
     if (!opts.seed_address || !*opts.seed_address)
       throw py::value_error(
           "init: seed= (\"host:port\" of a nexar seed) is required with "

@@ -84,6 +84,27 @@ def test_ring_topology(world):
         world(2, topology="star")
 
 
+def test_sparse_topologies(world):
+    # Hypercube on 8: three links each; k_regular:4 on 6: four each.
+    comms = world(8, topology="hypercube")
+    assert [c.stats()["connections"] for c in comms] == [3] * 8
+    on_ranks(comms, lambda c: exercise(c, np.float32))
+    assert sum(c.stats()["relay_bytes_sent"] for c in comms) > 0
+    comms = world(6, topology="k_regular:4")
+    assert [c.stats()["connections"] for c in comms] == [4] * 6
+    on_ranks(comms, lambda c: exercise(c, np.int64))
+    # A custom graph: a path 0-1-2-3; 0 reaches 3 through 1 and 2.
+    comms = world(4, topology=[(0, 1), (1, 2), (2, 3)])
+    assert [c.stats()["connections"] for c in comms] == [1, 2, 2, 1]
+    on_ranks(comms, lambda c: exercise(c, np.float64))
+    assert comms[1].stats()["relay_bytes_forwarded"] > 0
+    with pytest.raises(nexar.InvalidArgumentError, match="not connected"):
+        world(4, topology=[(0, 1), (2, 3)])
+    for bad in ("k_regular:", "k_regular:x", [(0, 1, 2)], 7):
+        with pytest.raises(ValueError, match="topology"):
+            world(4, topology=bad)
+
+
 def test_stats_count_bytes_sealed_and_opened_in_place(world):
     comms = world(2, shm="off")  # every byte over QUIC
     out = np.arange(1 << 18, dtype=np.float32)  # 1 MiB: sealed from its buffer

@@ -85,8 +85,11 @@ def bootstrap_local(world_size: int, **options: Any) -> List[Communicator]:
     need one thread per rank (they release the GIL), or use ``async_op=True``.
     Options, in seconds: collective_timeout, barrier_timeout, p2p_timeout,
     connect_timeout, heartbeat_interval, heartbeat_timeout, rpc_timeout; and
-    ``topology="full"`` (every pair connected) or ``"ring"`` (each rank
-    connected to its two neighbours, the rest relayed); ``shm="auto"``
+    ``topology="full"`` (every pair connected), ``"ring"`` (each rank
+    connected to its two neighbours, the rest relayed), ``"k_regular:K"``,
+    ``"hypercube"``, or a list of ``(rank, rank)`` links such as
+    ``[(0, 1), (1, 2)]`` (a custom graph; it must be connected), see
+    docs/relay.md; ``shm="auto"``
     (ranks of one host share memory), ``"off"`` (every byte over QUIC) or
     ``"require"``, and ``shm_max_bytes``. Defaults come from the NEXAR_*
     environment, see docs/configuration.md.

@@ -70,6 +70,9 @@ int main(void) {
   FIELD(nexar_comm_options_t, shm_max_bytes);
   FIELD(nexar_comm_options_t, elastic);
   FIELD(nexar_comm_options_t, join_timeout_ms);
+  FIELD(nexar_comm_options_t, topology_degree);
+  FIELD(nexar_comm_options_t, topology_edges);
+  FIELD(nexar_comm_options_t, topology_edge_count);
 
   FIELD(nexar_seed_event_t, struct_size);
   FIELD(nexar_seed_event_t, kind);
@@ -161,6 +164,9 @@ int main(void) {
   CONST(NEXAR_POOL_INFERENCE);
   CONST(NEXAR_TOPOLOGY_FULL);
   CONST(NEXAR_TOPOLOGY_RING);
+  CONST(NEXAR_TOPOLOGY_KREGULAR);
+  CONST(NEXAR_TOPOLOGY_HYPERCUBE);
+  CONST(NEXAR_TOPOLOGY_CUSTOM);
   CONST(NEXAR_SHM_AUTO);
   CONST(NEXAR_SHM_OFF);
   CONST(NEXAR_SHM_REQUIRE);

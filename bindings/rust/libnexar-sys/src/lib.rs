@@ -125,6 +125,9 @@ pub const NEXAR_POOL_INFERENCE: u32 = 1;
 
 pub const NEXAR_TOPOLOGY_FULL: u32 = 0;
 pub const NEXAR_TOPOLOGY_RING: u32 = 1;
+pub const NEXAR_TOPOLOGY_KREGULAR: u32 = 2;
+pub const NEXAR_TOPOLOGY_HYPERCUBE: u32 = 3;
+pub const NEXAR_TOPOLOGY_CUSTOM: u32 = 4;
 pub const NEXAR_SHM_AUTO: u32 = 0;
 pub const NEXAR_SHM_OFF: u32 = 1;
 pub const NEXAR_SHM_REQUIRE: u32 = 2;
@@ -165,6 +168,9 @@ pub struct nexar_comm_options_t {
     pub shm_max_bytes: u64,
     pub elastic: u32,
     pub join_timeout_ms: u64,
+    pub topology_degree: u32,
+    pub topology_edges: *const u32,
+    pub topology_edge_count: usize,
 }
 
 // ---- Seed ---------------------------------------------------------------------------

@@ -15,6 +15,10 @@ pub enum Topology {
     Full,
     /// Rank r connects to r-1 and r+1 only; other traffic is relayed.
     Ring,
+    /// Rank r connects to r±1 .. r±K/2 (K links; `k_regular:K`).
+    KRegular(u32),
+    /// Rank r connects to r XOR 2^b (about log2 N links).
+    Hypercube,
 }
 
 /// The same-host path (`NEXAR_SHM_*`).
@@ -67,20 +71,24 @@ pub enum PoolProfile {
 /// ```
 #[derive(Clone)]
 pub struct Options {
-    /// Every string pointer in here stays NULL: the strings live below and are
-    /// filled in by `with_raw` only for the duration of a call.
+    /// Every string pointer and the edges pointer in here stay NULL: the
+    /// strings and edges live below and are filled in by `with_raw` only for
+    /// the duration of a call.
     raw: sys::nexar_comm_options_t,
     seed_address: Option<CString>,
     cluster_token: Option<CString>,
     listen_address: Option<CString>,
     advertise_address: Option<CString>,
     socket_ifname: Option<CString>,
+    /// A custom graph's links, two ranks each (`topology_edges`).
+    edges: Vec<u32>,
     /// A builder argument that could not be used (a string with a NUL byte).
     refused: Option<String>,
 }
 
-// SAFETY: the only raw pointers in `raw` are the string fields, which stay
-// NULL (see the field's comment); everything else is plain data.
+// SAFETY: the only raw pointers in `raw` are the string fields and the
+// edges, which stay NULL (see the field's comment); everything else is plain
+// data.
 unsafe impl Send for Options {}
 // SAFETY: as for Send; &Options gives no mutation.
 unsafe impl Sync for Options {}
@@ -126,6 +134,7 @@ impl Options {
             listen_address: None,
             advertise_address: None,
             socket_ifname: None,
+            edges: Vec::new(),
             refused: None,
         })
     }
@@ -167,7 +176,20 @@ impl Options {
         self.raw.topology = match t {
             Topology::Full => sys::NEXAR_TOPOLOGY_FULL,
             Topology::Ring => sys::NEXAR_TOPOLOGY_RING,
+            Topology::KRegular(k) => {
+                self.raw.topology_degree = k;
+                sys::NEXAR_TOPOLOGY_KREGULAR
+            }
+            Topology::Hypercube => sys::NEXAR_TOPOLOGY_HYPERCUBE,
         };
+        self
+    }
+
+    /// A custom mesh: each pair is a direct link between two ranks; the
+    /// graph must be connected and the same on every rank.
+    pub fn topology_edges(mut self, pairs: &[(u32, u32)]) -> Self {
+        self.raw.topology = sys::NEXAR_TOPOLOGY_CUSTOM;
+        self.edges = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
         self
     }
 
@@ -294,6 +316,12 @@ impl Options {
         raw.listen_address = p(&self.listen_address);
         raw.advertise_address = p(&self.advertise_address);
         raw.socket_ifname = p(&self.socket_ifname);
+        raw.topology_edges = if self.edges.is_empty() {
+            ptr::null()
+        } else {
+            self.edges.as_ptr()
+        };
+        raw.topology_edge_count = self.edges.len() / 2;
         f(&raw)
     }
 }
@@ -311,6 +339,8 @@ impl fmt::Debug for Options {
             .field("rpc_timeout_ms", &r.rpc_timeout_ms)
             .field("completion_mode", &r.completion_mode)
             .field("topology", &r.topology)
+            .field("topology_degree", &r.topology_degree)
+            .field("topology_edges", &self.edges)
             .field("shm", &r.shm)
             .field("shm_max_bytes", &r.shm_max_bytes)
             .field("pool_profile", &r.pool_profile)

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{on_each, options, world, world_with, BOUND};
-use libnexar::{Communicator, LogLevel, Op, Seed, SeedOptions, Shm, Status, Topology};
+use libnexar::{Communicator, LogLevel, Op, Options, Seed, SeedOptions, Shm, Status, Topology};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -126,6 +126,43 @@ fn stats_count_traffic() {
             after
         );
     }
+}
+
+#[test]
+fn sparse_topologies_hold_few_links_and_stay_exact() {
+    let cases: Vec<(Options, u32, Vec<u64>)> = vec![
+        (options().topology(Topology::Hypercube), 8, vec![3; 8]),
+        (options().topology(Topology::KRegular(4)), 6, vec![4; 6]),
+        (
+            options().topology_edges(&[(0, 1), (1, 2), (2, 3)]),
+            4,
+            vec![1, 2, 2, 1],
+        ),
+    ];
+    for (opts, n, links) in cases {
+        let w = world_with(n, &opts);
+        for c in &w {
+            assert_eq!(
+                c.stats().unwrap().connections,
+                links[c.rank() as usize],
+                "rank {}",
+                c.rank()
+            );
+        }
+        let out = on_each(&w, |c| {
+            let mut v = vec![c.rank() + 1; 5];
+            c.all_reduce(&mut v, Op::Sum).unwrap();
+            v
+        });
+        for v in out {
+            assert_eq!(v, vec![n * (n + 1) / 2; 5]);
+        }
+    }
+    let split = options().topology_edges(&[(0, 1), (2, 3)]);
+    let err = Communicator::bootstrap_local_with(4, &split)
+        .err()
+        .expect("a disconnected graph");
+    assert!(err.to_string().contains("not connected"), "{err}");
 }
 
 #[test]

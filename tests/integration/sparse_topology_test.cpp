@@ -1,0 +1,305 @@
+// k-regular, hypercube and custom meshes through the C ABI: each rank holds
+// connections to its neighbours only, and every point-to-point case and
+// every collective gives exact results on worlds of 5, 8, 13 and 16 ranks
+// (and 64), over real QUIC on loopback.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "harness.h"
+
+using namespace nexar_test;
+
+namespace {
+
+struct Mesh {
+  const char *name;
+  uint32_t kind;
+  uint32_t degree;
+};
+
+nexar_comm_options_t mesh_options(const Mesh &m) {
+  nexar_comm_options_t o;
+  EXPECT_EQ(nexar_comm_options_init(&o, sizeof o), NEXAR_OK);
+  o.topology = m.kind;
+  o.topology_degree = m.degree;
+  // The large-message algorithms run on test-sized buffers too.
+  o.large_msg_bytes = 64 << 10;
+  o.pipeline_segment_bytes = 16 << 10;
+  return o;
+}
+
+// Connections a rank of a world of n holds in mesh m (client/topology.h).
+uint32_t expected_links(const Mesh &m, uint32_t n, uint32_t rank) {
+  if (m.kind == NEXAR_TOPOLOGY_KREGULAR) return std::min(m.degree, n - 1);
+  uint32_t bits = 0;
+  while ((1u << bits) < n)
+    ++bits;
+  uint32_t own = 0;  // the cube's own links
+  for (uint32_t b = 0; b < bits; ++b)
+    own += (rank ^ (1u << b)) < n;
+  return own;  // folded links come on top (checked as a range below)
+}
+
+void check_links(const World &w, const Mesh &m) {
+  const uint32_t n = w.size();
+  uint32_t bits = 0;
+  while ((1u << bits) < n)
+    ++bits;
+  for (uint32_t r = 0; r < n; ++r) {
+    const uint64_t c = stats(w[r]).connections;
+    if (m.kind == NEXAR_TOPOLOGY_KREGULAR) {
+      EXPECT_EQ(c, expected_links(m, n, r)) << m.name << " rank " << r;
+    } else {
+      EXPECT_GE(c, expected_links(m, n, r)) << m.name << " rank " << r;
+      EXPECT_LE(c, (1u << bits) == n ? bits : bits + 1) << m.name << " rank " << r;
+    }
+  }
+}
+
+// Every collective with exact integer results; counts small and above the
+// (lowered) large-message threshold.
+void every_collective(const World &w, const std::vector<size_t> &counts) {
+  const uint32_t n = w.size();
+  on_each_rank(n, [&](uint32_t me) {
+    for (size_t count : counts) {
+      SCOPED_TRACE("rank " + std::to_string(me) + " count " + std::to_string(count));
+      const int64_t total = int64_t{n} * (n + 1) / 2;
+      std::vector<int64_t> a(count), b(count, -1);
+      for (size_t i = 0; i < count; ++i)
+        a[i] = static_cast<int64_t>((me + 1) * (i % 101));
+      NX_OK(nexar_allreduce(w[me], a.data(), b.data(), count, NEXAR_DTYPE_I64, NEXAR_OP_SUM,
+                            nullptr, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(b[i], total * static_cast<int64_t>(i % 101)) << "allreduce at " << i;
+
+      std::vector<double> d(count), dmax(count);
+      for (size_t i = 0; i < count; ++i)
+        d[i] = static_cast<double>((me * 7 + i) % n);
+      NX_OK(nexar_allreduce(w[me], d.data(), dmax.data(), count, NEXAR_DTYPE_F64, NEXAR_OP_MAX,
+                            nullptr, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(dmax[i], static_cast<double>(n - 1)) << "allreduce max at " << i;
+
+      const uint32_t root = n - 1;
+      std::vector<int32_t> bc(count);
+      for (size_t i = 0; i < count; ++i)
+        bc[i] = me == root ? static_cast<int32_t>(i * 3 + 11) : -1;
+      NX_OK(nexar_broadcast(w[me], bc.data(), count, NEXAR_DTYPE_I32, root, nullptr, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(bc[i], static_cast<int32_t>(i * 3 + 11)) << "broadcast at " << i;
+
+      const uint32_t rroot = n / 2;
+      std::vector<int64_t> red(count, -1);
+      NX_OK(nexar_reduce(w[me], a.data(), red.data(), count, NEXAR_DTYPE_I64, NEXAR_OP_SUM, rroot,
+                         nullptr, nullptr));
+      if (me == rroot)
+        for (size_t i = 0; i < count; ++i)
+          ASSERT_EQ(red[i], total * static_cast<int64_t>(i % 101)) << "reduce at " << i;
+
+      std::vector<int32_t> mine(count), all(count * n, -1);
+      for (size_t i = 0; i < count; ++i)
+        mine[i] = static_cast<int32_t>(me * 1000 + i % 997);
+      NX_OK(nexar_allgather(w[me], mine.data(), all.data(), count, NEXAR_DTYPE_I32, nullptr,
+                            nullptr));
+      for (uint32_t r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i)
+          ASSERT_EQ(all[r * count + i], static_cast<int32_t>(r * 1000 + i % 997)) << "allgather";
+
+      std::vector<int32_t> gathered(me == 1 % n ? count * n : 0, -1);
+      NX_OK(nexar_gather(w[me], mine.data(), gathered.data(), count, NEXAR_DTYPE_I32, 1 % n,
+                         nullptr, nullptr));
+      if (me == 1 % n) ASSERT_TRUE(gathered == all) << "gather";
+
+      std::vector<int32_t> scattered(count, -1);
+      NX_OK(nexar_scatter(w[me], all.data(), scattered.data(), count, NEXAR_DTYPE_I32, 0, nullptr,
+                          nullptr));
+      ASSERT_TRUE(scattered == mine) << "scatter";
+
+      // reduce_scatter: block j of rank r holds r + j; rank me gets sum_r (r + me).
+      std::vector<int32_t> rs_in(count * n), rs_out(count, -1);
+      for (uint32_t j = 0; j < n; ++j)
+        for (size_t i = 0; i < count; ++i)
+          rs_in[j * count + i] = static_cast<int32_t>(me + j);
+      NX_OK(nexar_reduce_scatter(w[me], rs_in.data(), rs_out.data(), count, NEXAR_DTYPE_I32,
+                                 NEXAR_OP_SUM, nullptr, nullptr));
+      const auto rs_want = static_cast<int32_t>(n * (n - 1) / 2 + n * me);
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(rs_out[i], rs_want) << "reduce_scatter";
+
+      if (count <= 4096) {
+        std::vector<int32_t> send(count * n), recv(count * n, -1);
+        for (uint32_t j = 0; j < n; ++j)
+          for (size_t i = 0; i < count; ++i)
+            send[j * count + i] = static_cast<int32_t>(me * 100 + j);
+        NX_OK(nexar_alltoall(w[me], send.data(), recv.data(), count, NEXAR_DTYPE_I32, nullptr,
+                             nullptr));
+        for (uint32_t j = 0; j < n; ++j)
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(recv[j * count + i], static_cast<int32_t>(j * 100 + me)) << "alltoall";
+      }
+
+      std::vector<int64_t> one(count, me + 1), pre(count, -1);
+      NX_OK(nexar_scan(w[me], one.data(), pre.data(), count, NEXAR_DTYPE_I64, NEXAR_OP_SUM, nullptr,
+                       nullptr));
+      ASSERT_EQ(pre[count - 1], int64_t{me + 1} * (me + 2) / 2) << "scan";
+      NX_OK(nexar_exscan(w[me], one.data(), pre.data(), count, NEXAR_DTYPE_I64, NEXAR_OP_SUM,
+                         nullptr, nullptr));
+      if (me > 0) ASSERT_EQ(pre[0], int64_t{me} * (me + 1) / 2) << "exscan";
+      NX_OK(nexar_barrier(w[me], nullptr, nullptr));
+    }
+  });
+}
+
+const Mesh kKRegular4{"k_regular:4", NEXAR_TOPOLOGY_KREGULAR, 4};
+const Mesh kHypercube{"hypercube", NEXAR_TOPOLOGY_HYPERCUBE, 0};
+
+class SparseWorld : public ::testing::TestWithParam<std::tuple<Mesh, uint32_t>> {};
+
+}  // namespace
+
+TEST_P(SparseWorld, PointToPointEveryPair) {
+  const auto &[mesh, n] = GetParam();
+  nexar_comm_options_t o = mesh_options(mesh);
+  World w(n, &o);
+  ASSERT_TRUE(w.ok());
+  check_links(w, mesh);
+  exchange_all_pairs(w, {0, 1, 300 << 10});
+  for (uint32_t r = 0; r < n; ++r) {
+    const nexar_stats_t st = stats(w[r]);
+    EXPECT_EQ(st.relay_frames_dropped, 0u) << "rank " << r;
+    EXPECT_EQ(st.unexpected_bytes, 0u) << "rank " << r;
+  }
+  // Tag matching and order through relays: rank 0 to the farthest rank.
+  const uint32_t far = n - 1;
+  on_each_rank(2, [&](uint32_t side) {
+    for (int i = 0; i < 40; ++i) {
+      int32_t v = side == 0 ? i : -1;
+      if (side == 0)
+        NX_OK(nexar_send(w[0], &v, sizeof v, far, 5 + i % 2, nullptr, nullptr));
+      else
+        NX_OK(nexar_recv(w[far], &v, sizeof v, 0, 5 + i % 2, nullptr, nullptr));
+      if (side == 1) ASSERT_EQ(v, i) << "order per tag";
+    }
+  });
+  check_size_mismatch(w, 0, far);
+}
+
+TEST_P(SparseWorld, EveryCollectiveExact) {
+  const auto &[mesh, n] = GetParam();
+  nexar_comm_options_t o = mesh_options(mesh);
+  World w(n, &o);
+  ASSERT_TRUE(w.ok());
+  every_collective(w, {1, 3, 20000});
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, SparseWorld,
+                         ::testing::Combine(::testing::Values(kKRegular4, kHypercube),
+                                            ::testing::Values(5u, 8u, 13u, 16u)),
+                         [](const auto &info) {
+                           const Mesh &m = std::get<0>(info.param);
+                           return std::string(m.kind == NEXAR_TOPOLOGY_HYPERCUBE ? "hypercube"
+                                                                                 : "k_regular4") +
+                                  "_" + std::to_string(std::get<1>(info.param));
+                         });
+
+// A custom graph (a star around rank 2 plus a chord): routes through the
+// hub, results exact; an invalid one fails formation naming the problem.
+TEST(SparseTopology, CustomGraph) {
+  const uint32_t edges[] = {2, 0, 2, 1, 2, 3, 2, 4, 3, 4};
+  nexar_comm_options_t o;
+  ASSERT_EQ(nexar_comm_options_init(&o, sizeof o), NEXAR_OK);
+  o.topology = NEXAR_TOPOLOGY_CUSTOM;
+  o.topology_edges = edges;
+  o.topology_edge_count = 5;
+  {
+    World w(5, &o);
+    ASSERT_TRUE(w.ok());
+    EXPECT_EQ(stats(w[2]).connections, 4u);
+    EXPECT_EQ(stats(w[0]).connections, 1u);
+    EXPECT_EQ(stats(w[3]).connections, 2u);
+    exchange_all_pairs(w, {1, 100 << 10});
+    every_collective(w, {1, 5000});
+    EXPECT_GT(stats(w[2]).relay_bytes_forwarded, 0u) << "the hub relays";
+  }
+  nexar_comm_t *c[6];
+  // Rank 5 has no link.
+  EXPECT_EQ(nexar_bootstrap_local(c, 6, &o), NEXAR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(nexar_last_error_message()).find("not connected"), std::string::npos)
+      << nexar_last_error_message();
+  const uint32_t outside[] = {0, 1, 1, 7};
+  o.topology_edges = outside;
+  o.topology_edge_count = 2;
+  EXPECT_EQ(nexar_bootstrap_local(c, 3, &o), NEXAR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(nexar_last_error_message()).find("(1, 7)"), std::string::npos)
+      << nexar_last_error_message();
+  o.topology_edges = nullptr;
+  EXPECT_EQ(nexar_bootstrap_local(c, 3, &o), NEXAR_ERR_INVALID_ARGUMENT);
+}
+
+TEST(SparseTopology, UpstreamSpellingsFromEnvironment) {
+  nexar_comm_options_t o;
+  setenv("NEXAR_TOPOLOGY", "k_regular:6", 1);
+  ASSERT_EQ(nexar_comm_options_init(&o, sizeof o), NEXAR_OK);
+  EXPECT_EQ(o.topology, static_cast<uint32_t>(NEXAR_TOPOLOGY_KREGULAR));
+  EXPECT_EQ(o.topology_degree, 6u);
+  setenv("NEXAR_TOPOLOGY", "Hypercube", 1);
+  ASSERT_EQ(nexar_comm_options_init(&o, sizeof o), NEXAR_OK);
+  EXPECT_EQ(o.topology, static_cast<uint32_t>(NEXAR_TOPOLOGY_HYPERCUBE));
+  setenv("NEXAR_TOPOLOGY", "k_regular:1", 1);
+  EXPECT_EQ(nexar_comm_options_init(&o, sizeof o), NEXAR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(nexar_last_error_message()).find("k_regular"), std::string::npos);
+  unsetenv("NEXAR_TOPOLOGY");
+  ASSERT_EQ(nexar_comm_options_init(&o, sizeof o), NEXAR_OK);
+  EXPECT_EQ(o.topology_degree, 4u);
+  o.topology = NEXAR_TOPOLOGY_KREGULAR;
+  o.topology_degree = 1;
+  nexar_comm_t *c[4];
+  EXPECT_EQ(nexar_bootstrap_local(c, 4, &o), NEXAR_ERR_INVALID_ARGUMENT);
+}
+
+// 64 ranks, each its own engine: the sparse meshes form with few
+// connections per rank and run every collective.
+TEST(SparseTopology, SixtyFourRanks) {
+  for (const Mesh &m : {kHypercube, kKRegular4}) {
+    SCOPED_TRACE(m.name);
+    nexar_comm_options_t o = mesh_options(m);
+    World w(64, &o);
+    ASSERT_TRUE(w.ok());
+    for (uint32_t r = 0; r < 64; ++r)
+      EXPECT_EQ(stats(w[r]).connections, m.kind == NEXAR_TOPOLOGY_HYPERCUBE ? 6u : 4u);
+    every_collective(w, {1, 3000});
+  }
+}
+
+// Algorithm choice knows the graph: on a hypercube, allreduce (recursive
+// doubling and halving), broadcast and reduce (a binomial tree over
+// r XOR root) use cube links only; on k_regular:4 the ring steps and the
+// broadcast chain of large vectors are links (small ones take the fewest
+// rounds, partly relayed). Nothing is forwarded.
+TEST(SparseTopology, CollectivesKeepToLinks) {
+  for (const Mesh &m : {kHypercube, kKRegular4}) {
+    SCOPED_TRACE(m.name);
+    nexar_comm_options_t o = mesh_options(m);
+    World w(16, &o);
+    ASSERT_TRUE(w.ok());
+    const bool cube = m.kind == NEXAR_TOPOLOGY_HYPERCUBE;
+    on_each_rank(16, [&](uint32_t me) {
+      for (size_t count : cube ? std::vector<size_t>{100, 200000} : std::vector<size_t>{200000}) {
+        std::vector<int32_t> a(count, static_cast<int32_t>(me)), b(count);
+        NX_OK(nexar_allreduce(w[me], a.data(), b.data(), count, NEXAR_DTYPE_I32, NEXAR_OP_SUM,
+                              nullptr, nullptr));
+        ASSERT_EQ(b[count - 1], 120);
+        NX_OK(nexar_broadcast(w[me], a.data(), count, NEXAR_DTYPE_I32, 5, nullptr, nullptr));
+        ASSERT_EQ(a[0], 5);
+        if (cube) {
+          NX_OK(nexar_reduce(w[me], b.data(), a.data(), count, NEXAR_DTYPE_I32, NEXAR_OP_MAX, 3,
+                             nullptr, nullptr));
+          if (me == 3) ASSERT_EQ(a[0], 120);
+        }
+      }
+    });
+    for (uint32_t r = 0; r < 16; ++r)
+      EXPECT_EQ(stats(w[r]).relay_bytes_forwarded, 0u) << "rank " << r;
+  }
+}
