@@ -24,8 +24,6 @@ class SymmetricMemory {
 
   Status allocate(uint64_t bytes, void **out);
   Status release(void *p);
-  // Bytes handed out from the heap, and from plain memory.
-  uint64_t heap_bytes_in_use() const { return heap_.bytes_in_use(); }
 
  private:
   struct FreeDeleter {

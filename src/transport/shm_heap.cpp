@@ -56,21 +56,4 @@ bool ShmHeap::release(void *p) {
   return true;
 }
 
-bool ShmHeap::contains(const void *p, uint64_t len, uint64_t *offset) const {
-  const auto *b = static_cast<const uint8_t *>(p);
-  if (!base_ || b < base_ || b >= base_ + bytes_) return false;
-  const auto at = static_cast<uint64_t>(b - base_);
-  if (len > bytes_ - at) return false;
-  *offset = at;
-  return true;
-}
-
-uint64_t ShmHeap::bytes_in_use() const {
-  std::lock_guard<std::mutex> g(mu_);
-  uint64_t n = 0;
-  for (const auto &[at, len] : used_)
-    n += len;
-  return n;
-}
-
 }  // namespace nexar

@@ -24,13 +24,10 @@ class ShmHeap {
   void *allocate(uint64_t bytes);
   // False if p is not a block this heap handed out (and still holds).
   bool release(void *p);
-  // Whether [p, p + len) lies inside the heap; *offset is p's offset then.
-  bool contains(const void *p, uint64_t len, uint64_t *offset) const;
-  uint64_t bytes_in_use() const;
   uint64_t capacity() const { return bytes_; }
 
  private:
-  mutable std::mutex mu_;
+  std::mutex mu_;
   uint8_t *base_ = nullptr;
   uint64_t bytes_ = 0;
   std::map<uint64_t, uint64_t> free_;  // offset -> length, coalesced
