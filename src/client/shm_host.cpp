@@ -69,7 +69,7 @@ struct ShmHost::Pairing {
   int64_t slot = -1;  // of this rank's segment, reserved by offer_for
   UniqueFd sock;
   PeerShmSegment peer_segment;
-  ev_io io;
+  ev_io io;  // the socket during setup (channel_set_ watches it after)
   ev_timer timer;
   bool timer_armed = false;
   std::unique_ptr<ShmChannel> channel;
@@ -381,10 +381,8 @@ Status ShmHost::check_reply(Pairing &p, const std::vector<uint8_t> &packet, Uniq
 }
 
 void ShmHost::on_pairing_io(Pairing &p) {
-  if (p.step == Pairing::Step::Done) {
-    if (p.channel) p.channel->on_socket_ready();
-    return;
-  }
+  // Setup only: once Done, a channel's socket rings the doorbell instead.
+  if (p.step == Pairing::Step::Done) return;
   std::vector<uint8_t> packet;
   UniqueFd fd;
   std::string why;
