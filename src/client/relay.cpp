@@ -550,7 +550,10 @@ void Relay::on_rank_lost(uint32_t lost, const Status &why) {
   // Ranks the failures cut off from this one: a partition.
   std::string gone;
   for (uint32_t r = 0; r < world; ++r)
-    if (lost_[r]) gone += (gone.empty() ? "" : ",") + std::to_string(r);
+    if (lost_[r]) {
+      if (!gone.empty()) gone += ',';
+      gone += std::to_string(r);
+    }
   for (uint32_t d = 0; d < world; ++d) {
     if (d == me || lost_[d] || client_.topology().distance(me, d) != Topology::kUnreachable)
       continue;

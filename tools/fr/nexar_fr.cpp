@@ -52,10 +52,10 @@ struct CommView {
 
 std::string describe(const Json &e) {
   std::string d = e["op"].as_string();
-  if (!e["dtype"].as_string().empty()) d += " " + e["dtype"].as_string();
+  if (!e["dtype"].as_string().empty()) d.append(" ").append(e["dtype"].as_string());
   if (!e["reduction"].as_string().empty() &&
       e["op"].as_string().find("reduce") != std::string::npos)
-    d += " " + e["reduction"].as_string();
+    d.append(" ").append(e["reduction"].as_string());
   d += " count " + std::to_string(e["count"].as_int());
   if (e["root"].as_int(-1) >= 0) d += " root " + std::to_string(e["root"].as_int());
   return d;
@@ -112,8 +112,10 @@ bool add_dump(const std::string &path, std::map<std::string, CommView> *comms) {
 
 std::string join(const std::vector<long long> &v) {
   std::string s;
-  for (long long x : v)
-    s += (s.empty() ? "" : ",") + std::to_string(x);
+  for (long long x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
   return s;
 }
 
