@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "client/client.h"
+#include "client/shm_wait.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "transport/shm_socket.h"
@@ -486,10 +487,13 @@ void ShmHost::add_stats(nexar_stats_t *out) const {
   out->shm_pairs = 0;
   out->shm_bytes_sent = 0;
   out->shm_bytes_received = 0;
+  out->shm_collectives = collectives_;
+  out->shm_bytes_by_reference = coll_bytes_by_reference_;
   for (ShmChannel *c : open_) {
     if (!c->closed()) ++out->shm_pairs;
     out->shm_bytes_sent += c->bytes_sent();
     out->shm_bytes_received += c->bytes_received();
+    out->shm_bytes_by_reference += c->bytes_by_reference();
     out->messages_sent += c->messages_sent();
     out->messages_received += c->messages_received();
   }
@@ -505,6 +509,41 @@ void ShmHost::on_shm_closed(ShmChannel *ch, const Status &why, bool left) {
   client_.shm_peer_lost(ch->peer_rank(), why, left);
 }
 
+EventLoop *ShmHost::loop() const {
+  return &client_.loop();
+}
+
+uint8_t *ShmHost::allocate_shared(uint64_t bytes, uint64_t *offset) {
+  if (!enabled_) return nullptr;
+  auto *p = static_cast<uint8_t *>(symmetric_.allocate_shared(bytes));
+  if (p) *offset = static_cast<uint64_t>(p - segment_.heap());
+  return p;
+}
+
+void ShmHost::release_shared(uint8_t *p) {
+  (void)symmetric_.release(p);
+}
+
+void ShmHost::ring(uint32_t peer) {
+  if (ShmChannel *c = channel(peer)) c->ring_peer();
+}
+
+void ShmHost::remove_waiter(ShmCondition *w) {
+  for (auto it = waiters_.begin(); it != waiters_.end(); ++it)
+    if (*it == w) {
+      waiters_.erase(it);
+      return;
+    }
+}
+
+bool ShmHost::poll_waiters() {
+  bool any = false;
+  // poll() may finish a condition, which unregisters it: walk a copy.
+  for (ShmCondition *w : std::vector<ShmCondition *>(waiters_))
+    any |= w->poll();
+  return any;
+}
+
 bool ShmHost::before_sleep() {
   if (open_.empty()) return false;
   ShmSegmentHeader *h = segment_.header();
@@ -518,6 +557,7 @@ bool ShmHost::before_sleep() {
       for (ShmChannel *c : open_)
         moved |= c->progress(1u << 20);
     }
+    moved |= poll_waiters();
     if (moved) return true;  // the loop's pass calls again, and does not sleep while it moves
     // About to sleep: say so, then look once more. A peer publishes, then
     // reads this word; this side writes the word, then reads the counters.
@@ -525,6 +565,7 @@ bool ShmHost::before_sleep() {
     bool work = false;
     for (ShmChannel *c : open_)
       work |= c->has_work();
+    work |= poll_waiters();
     if (!work) return false;
   }
 }

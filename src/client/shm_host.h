@@ -40,7 +40,9 @@
 namespace nexar {
 
 class Client;
+class EventLoop;
 class QuicConnection;
+class ShmCondition;
 
 class ShmHost : private ShmChannelHandler {
  public:
@@ -73,6 +75,23 @@ class ShmHost : private ShmChannelHandler {
   // nexar_mem_alloc's buffers: this segment's heap while the path is on.
   SymmetricMemory &symmetric() { return symmetric_; }
 
+  // ---- collectives on shared memory (client/shm_coll_area.h) ----
+  EventLoop *loop() const;
+  const OwnShmSegment &segment() const { return segment_; }
+  // A block of this rank's heap (null: the path is off or the heap is full),
+  // and its offset in the heap; released with release_shared.
+  uint8_t *allocate_shared(uint64_t bytes, uint64_t *offset);
+  void release_shared(uint8_t *p);
+  // Rings world rank peer's doorbell if its loop sleeps.
+  void ring(uint32_t peer);
+  // Counted in the stats: a collective ran on shared memory; bytes of this
+  // rank's heap a collective let the peers read where they are.
+  void count_collective() { ++collectives_; }
+  void count_by_reference(uint64_t bytes) { coll_bytes_by_reference_ += bytes; }
+  // Conditions re-checked on every pass of the loop (client/shm_wait.h).
+  void add_waiter(ShmCondition *w) { waiters_.push_back(w); }
+  void remove_waiter(ShmCondition *w);
+
  private:
   struct Pairing;
   struct Stranger;
@@ -99,6 +118,8 @@ class ShmHost : private ShmChannelHandler {
   void end_setup(Pairing &p);
   void drop_stranger(Stranger *s);
   bool before_sleep();
+  // Finishes the waiting conditions that hold; true if any did.
+  bool poll_waiters();
   // A channel's socket is readable (a doorbell, a goodbye, a hang-up).
   void on_doorbell();
   void release_slot(int64_t slot);
@@ -123,8 +144,10 @@ class ShmHost : private ShmChannelHandler {
   std::vector<std::unique_ptr<Pairing>> pairs_;  // by world rank
   std::vector<std::unique_ptr<Stranger>> strangers_;
   std::vector<ShmChannel *> open_;  // channels in use
+  std::vector<ShmCondition *> waiters_;
   bool logged_fallback_ = false;
   uint64_t pairs_up_ = 0;
+  uint64_t collectives_ = 0, coll_bytes_by_reference_ = 0;
 };
 
 }  // namespace nexar

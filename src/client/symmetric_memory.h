@@ -24,6 +24,9 @@ class SymmetricMemory {
 
   Status allocate(uint64_t bytes, void **out);
   Status release(void *p);
+  // A block of the shared heap only (null when there is none or it is full):
+  // the collectives' areas, which peers must be able to read.
+  void *allocate_shared(uint64_t bytes) { return heap_.allocate(bytes); }
 
  private:
   struct FreeDeleter {

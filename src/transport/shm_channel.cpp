@@ -328,6 +328,7 @@ bool ShmChannel::collect_refs() {
   bool any = false;
   while (!refs_waiting_.empty() && refs_waiting_.front().ref_index <= done) {
     SendListener *l = std::exchange(refs_waiting_.front().listener, nullptr);
+    bytes_by_reference_ += refs_waiting_.front().payload_len;
     refs_waiting_.pop_front();
     any = true;
     if (l) l->on_send_done(Status());
@@ -411,6 +412,7 @@ void ShmChannel::on_socket_ready() {
 void ShmChannel::fail_refs(const Status &s) {
   while (!refs_waiting_.empty()) {
     SendListener *l = std::exchange(refs_waiting_.front().listener, nullptr);
+    bytes_by_reference_ += refs_waiting_.front().payload_len;
     refs_waiting_.pop_front();
     if (l) l->on_send_done(s);
   }

@@ -112,8 +112,17 @@ class ShmChannel {
   // message being read fail; the handler hears once.
   void fail(const Status &s, bool left);
 
+  // Rings the peer's doorbell if its loop sleeps (and was not rung for that
+  // sleep yet): after publishing something it may wait for.
+  void ring_peer();
+  // The peer's segment, mapped read-only (its heap holds the collective
+  // areas, client/shm_coll_area.h).
+  const PeerShmSegment &peer_segment() const { return peer_; }
+
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
+  // Of bytes_sent, those the peer read out of this rank's heap.
+  uint64_t bytes_by_reference() const { return bytes_by_reference_; }
   uint64_t messages_sent() const { return messages_sent_; }
   uint64_t messages_received() const { return messages_received_; }
 
@@ -129,7 +138,6 @@ class ShmChannel {
   // Completes the sends by reference the peer has finished reading.
   bool collect_refs();
   void fail_refs(const Status &s);
-  void ring_peer();
   // Bytes the peer has published and this side not read; false (and the
   // channel failed) if the peer's counters are impossible.
   bool peer_available(uint64_t *n);
@@ -174,6 +182,7 @@ class ShmChannel {
   std::vector<uint8_t> scratch_;  // payload of a dropped frame
 
   bool closed_ = false;
+  uint64_t bytes_by_reference_ = 0;
   uint64_t bytes_sent_ = 0, bytes_received_ = 0, messages_sent_ = 0, messages_received_ = 0;
 };
 
