@@ -602,6 +602,9 @@ typedef struct nexar_stats {
   uint64_t shm_pairs;          /* peers reached through shared memory */
   uint64_t shm_bytes_sent;     /* payload bytes written into shared memory (not in bytes_sent) */
   uint64_t shm_bytes_received; /* payload bytes read from peers' shared memory */
+  uint64_t shm_collectives;    /* collectives run on shared memory, reading the peers' segments */
+  uint64_t shm_bytes_by_reference; /* payload bytes peers read straight from this rank's
+                                      nexar_mem_alloc buffers (messages and collectives) */
 } nexar_stats_t;
 
 /**

@@ -150,6 +150,12 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
   return s;
 }
 
+int32_t Communicator::waiting_on(uint64_t seq) const {
+  const int32_t world = client_->mailbox().waiting_on(comm_id_, seq);
+  if (world >= 0) return rank_of_world(static_cast<uint32_t>(world));
+  return shm_coll_.waiting_seq == seq ? shm_coll_.waiting_on : -1;
+}
+
 void Communicator::deliver(OpContext *op, Status s, nexar_done_fn done, void *user_data,
                            std::shared_ptr<BlockingSlot> slot) {
   // The first failure recorded on the operation wins over what the body says,

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "client/collective_tracker.h"
 #include "client/comm_faults.h"
 #include "client/flight_recorder.h"
+#include "client/shm_coll_area.h"
 #include "engine/completion_queue.h"
 #include "engine/task.h"
 #include "engine/wait.h"
@@ -24,6 +26,7 @@
 namespace nexar {
 
 class Agreement;
+class ShmCollArea;
 
 class Communicator {
  public:
@@ -55,6 +58,20 @@ class Communicator {
   PolledQueue *polled() { return polled_.get(); }
   // Loop thread only: this rank's record of the communicator's collectives.
   CollectiveTracker &collectives() { return collectives_; }
+  // Loop thread only: its collectives on shared memory
+  // (collective/shm_collectives.h), decided at the first one that could.
+  struct ShmColl {
+    enum class State { Unknown, On, Off } state = State::Unknown;
+    std::unique_ptr<ShmCollArea> area;
+    uint64_t next_turn = 0, serving = 0;  // they run one at a time, in issue order
+    std::set<uint64_t> abandoned;         // turns given up while waiting
+    uint64_t waiting_seq = 0;             // the collective waiting on a member, and whom
+    int32_t waiting_on = -1;
+  };
+  ShmColl &shm_coll() { return shm_coll_; }
+  // The member collective seq waits on here (a message it needs, or a
+  // member's shared memory), or -1: what a stall report tells.
+  int32_t waiting_on(uint64_t seq) const;
   // This communicator's record in the flight recorder (any thread).
   fr::FlightComm &flight() { return flight_; }
 
@@ -172,6 +189,7 @@ class Communicator {
   // peer, destroy); operations that start later fail with it at once instead
   // of waiting for peers that will not come.
   Status ended_;
+  ShmColl shm_coll_;
 };
 
 }  // namespace nexar

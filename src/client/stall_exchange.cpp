@@ -18,8 +18,7 @@ void on_stall_query(Client &client, uint32_t from_world, const wire::StallQuery 
     a.running_seq = t.running_what(q.coll_seq) ? q.coll_seq : t.running_seq();
     if (a.running_seq) {
       a.running_what = t.running_what(a.running_seq);
-      const int32_t world = client.mailbox().waiting_on(q.comm_id, a.running_seq);
-      a.waits_on = world < 0 ? -1 : c->rank_of_world(static_cast<uint32_t>(world));
+      a.waits_on = c->waiting_on(a.running_seq);
     }
   }
   client.send_control(from_world, a);

@@ -67,6 +67,7 @@
 #include "collective/mesh_shape.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
+#include "collective/shm_collectives.h"
 #include "core/log.h"
 #include "core/reduce.h"
 
@@ -340,7 +341,29 @@ Task<Status> ring(Coll &c) {
   co_return co_await run_ring(c, kPhaseRing, steps, segs, plan);
 }
 
+// The algorithm NEXAR_ALLREDUCE_ALGO=auto runs for bytes on a mesh of shape.
+Algo auto_algo(const Coll &c, uint64_t bytes, MeshShape shape) {
+  // Every partner of recursive doubling and halving is a cube link; the
+  // ring's r+1 is not (for odd r), nor the star's rank 0.
+  if (shape == MeshShape::Cube)
+    return bytes < kRecursiveDoublingMaxBytes ? Algo::RecursiveDoubling : Algo::HalvingDoubling;
+  // Ring steps are links; halving partners at distance 2^k mostly are not.
+  if (shape == MeshShape::Ring)
+    return bytes < kRecursiveDoublingMaxBytes ? Algo::RecursiveDoubling : Algo::Ring;
+  if (bytes >= c.config().large_msg_bytes) return Algo::Ring;
+  if (bytes <= kStarMaxBytes && c.size() >= 3 && c.size() <= kStarMaxWorld) return Algo::Star;
+  if (bytes < kRecursiveDoublingMaxBytes) return Algo::RecursiveDoubling;
+  return Algo::HalvingDoubling;
+}
+
 }  // namespace
+
+ReductionOrder allreduce_reduction_order(const Coll &c) {
+  const Algo algo = auto_algo(c, uint64_t{c.args().count} * c.esize(), mesh_shape(c));
+  if (algo == Algo::Ring) return ReductionOrder::Ring;
+  if (algo == Algo::Star || algo == Algo::Direct) return ReductionOrder::LeftToRight;
+  return ReductionOrder::Tree;
+}
 
 Task<Status> allreduce(Coll &c) {
   const Vec v = vec_of(c);
@@ -353,23 +376,11 @@ Task<Status> allreduce(Coll &c) {
   if (!forced.valid())
     co_return error(NEXAR_ERR_INVALID_ARGUMENT, format("%s: %s", c.what(), forced.problem.c_str()));
   Algo algo = static_cast<Algo>(forced.index);
-  const MeshShape shape = algo == Algo::Auto ? mesh_shape(c) : MeshShape::Full;
-  if (algo == Algo::Auto && shape == MeshShape::Cube) {
-    // Every partner of recursive doubling and halving is a cube link; the
-    // ring's r+1 is not (for odd r), nor the star's rank 0.
-    algo = v.bytes < kRecursiveDoublingMaxBytes ? Algo::RecursiveDoubling : Algo::HalvingDoubling;
-  } else if (algo == Algo::Auto && shape == MeshShape::Ring) {
-    // Ring steps are links; halving partners at distance 2^k mostly are not.
-    algo = v.bytes < kRecursiveDoublingMaxBytes ? Algo::RecursiveDoubling : Algo::Ring;
-  } else if (algo == Algo::Auto) {
-    if (v.bytes >= c.config().large_msg_bytes)
-      algo = Algo::Ring;
-    else if (v.bytes <= kStarMaxBytes && c.size() >= 3 && c.size() <= kStarMaxWorld)
-      algo = Algo::Star;
-    else if (v.bytes < kRecursiveDoublingMaxBytes)
-      algo = Algo::RecursiveDoubling;
-    else
-      algo = Algo::HalvingDoubling;
+  if (algo == Algo::Auto) {
+    bool ran = false;
+    Status s = co_await shm_allreduce(c, &ran);
+    if (ran) co_return s;
+    algo = auto_algo(c, v.bytes, mesh_shape(c));
   }
   c.note_algorithm(kAllreduceAlgoNames[static_cast<int>(algo)]);
   switch (algo) {

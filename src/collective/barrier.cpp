@@ -9,6 +9,7 @@
 // collective sequence and matched by exact (rank, tag), so heartbeats and
 // other control traffic can never be taken for them (upstream's bug).
 #include "collective/collectives.h"
+#include "collective/shm_collectives.h"
 
 namespace nexar {
 namespace {
@@ -47,6 +48,9 @@ Task<Status> dissemination(Coll &c) {
 
 Task<Status> barrier(Coll &c) {
   if (c.size() == 1) co_return Status();
+  bool ran = false;
+  Status s = co_await shm_barrier(c, &ran);
+  if (ran) co_return s;
   if (c.size() <= kTwoPhaseMaxWorld) co_return co_await two_phase(c);
   co_return co_await dissemination(c);
 }

@@ -44,6 +44,7 @@
 #include "collective/mesh_shape.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
+#include "collective/shm_collectives.h"
 #include "core/log.h"
 
 namespace nexar {
@@ -229,6 +230,11 @@ Task<Status> broadcast(Coll &c) {
   if (!forced.valid())
     co_return error(NEXAR_ERR_INVALID_ARGUMENT, format("%s: %s", c.what(), forced.problem.c_str()));
   Algo algo = static_cast<Algo>(forced.index);
+  if (algo == Algo::Auto) {
+    bool ran = false;
+    Status s = co_await shm_broadcast(c, &ran);
+    if (ran) co_return s;
+  }
   const MeshShape shape = mesh_shape(c);
   if (algo == Algo::Auto && shape == MeshShape::Cube)
     algo = Algo::Binomial;  // over r XOR root: every edge a cube link

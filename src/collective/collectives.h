@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collective/coll.h"
+#include "collective/reduction_order.h"
 #include "engine/spawn.h"
 
 namespace nexar {
@@ -29,6 +30,10 @@ Task<Status> scatter(Coll &c);         // count * size on the root, count out
 Task<Status> scan(Coll &c);            // inclusive prefix, count
 Task<Status> exscan(Coll &c);          // exclusive prefix, count
 Task<Status> barrier(Coll &c);
+
+// The order in which allreduce's default algorithm for c combines each
+// element: a reduction done elsewhere follows it.
+ReductionOrder allreduce_reduction_order(const Coll &c);
 
 // Split by (color, key): *out gets this rank's new communicator.
 Task<Status> split(Communicator *comm, OpContext *op, uint32_t color, uint32_t key,

@@ -61,8 +61,7 @@ void StallReport::ask() {
   asked_ = true;
   Communicator *comm = coll_.comm();
   const uint64_t seq = coll_.seq();
-  const int32_t world = comm->client().mailbox().waiting_on(comm->comm_id(), seq);
-  own_waits_on_ = world < 0 ? -1 : comm->rank_of_world(static_cast<uint32_t>(world));
+  own_waits_on_ = comm->waiting_on(seq);
   answers_.assign(comm->size(), Answer{});
   comm->collectives().listen_stall(
       seq, [this](uint32_t world_peer, const wire::StallAnswer &a) { on_answer(world_peer, a); });

@@ -304,6 +304,14 @@ nexar_comm_options_t options(uint64_t large_msg_bytes = 0, uint64_t segment_byte
   return o;
 }
 
+// For the tests that count the message algorithms' messages: on one host,
+// collectives otherwise read the peers' shared memory instead.
+nexar_comm_options_t messages_only() {
+  nexar_comm_options_t o = options();
+  o.shm = NEXAR_SHM_OFF;
+  return o;
+}
+
 using Bufs = std::vector<std::vector<uint8_t>>;
 
 // ---- allreduce ------------------------------------------------------------------
@@ -552,7 +560,8 @@ std::vector<uint64_t> messages_sent_by_allreduce(const World &w, size_t count) {
 // sends each the result: 2 (p-1) messages in two steps. Above 16 KiB, and on
 // 2 ranks, recursive doubling (with the fold on 3 ranks).
 TEST(Allreduce, SmallVectorsOnThreeAndFourRanksMeetAtRankZero) {
-  World two(2), three(3), four(4);
+  const nexar_comm_options_t o = messages_only();
+  World two(2, &o), three(3, &o), four(4, &o);
   ASSERT_TRUE(two.ok() && three.ok() && four.ok());
   using Counts = std::vector<uint64_t>;
   EXPECT_EQ(messages_sent_by_allreduce(three, 1), (Counts{2, 1, 1}));
@@ -572,15 +581,16 @@ TEST(Allreduce, SmallVectorsOnThreeAndFourRanksMeetAtRankZero) {
 // recursive doubling.
 TEST(AllreduceForcedAlgorithm, IsChosenPerCommunicator) {
   const uint32_t n = 4;
-  World by_default(n);
+  const nexar_comm_options_t o = messages_only();
+  World by_default(n, &o);
   std::optional<World> direct, doubling;
   {
     ScopedEnv forced("NEXAR_ALLREDUCE_ALGO", "direct");
-    direct.emplace(n);
+    direct.emplace(n, &o);
   }
   {
     ScopedEnv forced("NEXAR_ALLREDUCE_ALGO", "recursive_doubling");
-    doubling.emplace(n);
+    doubling.emplace(n, &o);
   }
   ASSERT_TRUE(by_default.ok() && direct->ok() && doubling->ok());
   using Counts = std::vector<uint64_t>;
@@ -1023,7 +1033,7 @@ TEST(Collectives, MissingOrAbortingRankEndsTheStar) {
   // the worlds first, still finds them when pending operations complete.
   Completions timed_out, aborted;
   Bufs in(2, std::vector<uint8_t>(64, 1)), out(2, std::vector<uint8_t>(64));
-  nexar_comm_options_t o = options();
+  nexar_comm_options_t o = messages_only();
   o.collective_timeout_ms = 700;
   World w(3, &o);
   ASSERT_TRUE(w.ok());

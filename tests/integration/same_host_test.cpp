@@ -284,3 +284,84 @@ TEST(SameHost, SymmetricMemoryCarriesMessagesExactly) {
     EXPECT_EQ(nexar_mem_alloc(nullptr, 64, &p), NEXAR_ERR_INVALID_ARGUMENT);
   }
 }
+
+namespace {
+
+// Allreduce of order-dependent floats, in place on odd ranks, from buffers of
+// nexar_mem_alloc when symmetric is set.
+std::vector<std::vector<float>> mixed_allreduce(const World &w, size_t count, bool symmetric) {
+  std::vector<std::vector<float>> out(w.size(), std::vector<float>(count));
+  on_each_rank(w.size(), [&](uint32_t r) {
+    float *in = nullptr, *res = out[r].data();
+    std::vector<float> plain(count);
+    void *p = nullptr;
+    if (symmetric) {
+      EXPECT_EQ(nexar_mem_alloc(w[r], count * sizeof(float), &p), NEXAR_OK);
+      in = static_cast<float *>(p);
+    } else {
+      in = plain.data();
+    }
+    for (size_t i = 0; i < count; ++i)
+      in[i] = 1.0f / static_cast<float>(1 + (i * 7 + r * 13) % 1001) * (r % 2 ? 1e-3f : 1e3f);
+    float *dst = r % 2 ? in : res;
+    EXPECT_EQ(
+        nexar_allreduce(w[r], in, dst, count, NEXAR_DTYPE_F32, NEXAR_OP_SUM, nullptr, nullptr),
+        NEXAR_OK)
+        << nexar_last_error_message();
+    if (dst != res) memcpy(res, dst, count * sizeof(float));
+    if (p) EXPECT_EQ(nexar_mem_free(w[r], p), NEXAR_OK);
+  });
+  return out;
+}
+
+}  // namespace
+
+// Allreduce, broadcast and barrier among the ranks of one host read straight
+// out of each other's segments (counted in shm_collectives), and give the
+// bits the message path gives with NEXAR_SHM=off, for every size class
+// (whole vector, sliced, several chunks) and world size.
+TEST(SameHost, CollectivesReadThePeersSegmentsWithTheMessagePathsBits) {
+  const std::vector<size_t> counts = {1, 1000, 5000, 300001, (1u << 20) + 5};
+  for (uint32_t n : {2u, 3u, 4u}) {
+    std::vector<std::vector<std::vector<float>>> results[2];
+    for (int mode = 0; mode < 2; ++mode) {
+      nexar_comm_options_t o = options(mode == 0 ? NEXAR_SHM_AUTO : NEXAR_SHM_OFF);
+      World w(n, &o);
+      ASSERT_TRUE(w.ok());
+      for (size_t count : counts)
+        results[mode].push_back(mixed_allreduce(w, count, mode == 0 && count > 100000));
+      // Broadcast from the last rank, several chunks, then a barrier.
+      const size_t bytes = (3u << 20) + 7;
+      std::vector<std::vector<uint8_t>> buf(n, std::vector<uint8_t>(bytes));
+      for (size_t i = 0; i < bytes; ++i)
+        buf[n - 1][i] = static_cast<uint8_t>(i * 131 + 7);
+      on_each_rank(n, [&](uint32_t r) {
+        EXPECT_EQ(
+            nexar_broadcast(w[r], buf[r].data(), bytes, NEXAR_DTYPE_U8, n - 1, nullptr, nullptr),
+            NEXAR_OK)
+            << nexar_last_error_message();
+        EXPECT_EQ(nexar_barrier(w[r], nullptr, nullptr), NEXAR_OK) << nexar_last_error_message();
+      });
+      for (uint32_t r = 0; r < n; ++r)
+        ASSERT_EQ(buf[r], buf[n - 1]) << "rank " << r;
+      for (uint32_t r = 0; r < n; ++r) {
+        const nexar_stats_t s = stats(w[r]);
+        if (mode == 0) {
+          // Every allreduce, the broadcast and the barrier.
+          EXPECT_EQ(s.shm_collectives, counts.size() + 2) << n << " ranks, rank " << r;
+          EXPECT_GT(s.shm_bytes_by_reference, 0u) << n << " ranks, rank " << r;
+        } else {
+          EXPECT_EQ(s.shm_collectives, 0u);
+        }
+      }
+    }
+    for (size_t k = 0; k < counts.size(); ++k)
+      for (uint32_t r = 0; r < n; ++r) {
+        const auto &on = results[0][k][r], &off = results[1][k][r];
+        ASSERT_EQ(memcmp(on.data(), off.data(), on.size() * sizeof(float)), 0)
+            << n << " ranks, count " << counts[k] << ", rank " << r;
+        ASSERT_EQ(memcmp(on.data(), results[0][k][0].data(), on.size() * sizeof(float)), 0)
+            << n << " ranks, count " << counts[k] << ", rank " << r;
+      }
+  }
+}

@@ -224,6 +224,8 @@ type Stats struct {
 	SHMPairs            uint64 // peers reached through shared memory
 	SHMBytesSent        uint64 // payload bytes written into shared memory (not in BytesSent)
 	SHMBytesReceived    uint64 // payload bytes read from peers' shared memory
+	SHMCollectives      uint64 // collectives run on shared memory, reading the peers' segments
+	SHMBytesByReference uint64 // payload bytes peers read straight from MemAlloc buffers
 }
 
 // FlightRecorderDump writes this communicator's recent operations as JSON to
@@ -270,6 +272,8 @@ func (c *Comm) Stats() (Stats, error) {
 		SHMPairs:            uint64(s.shm_pairs),
 		SHMBytesSent:        uint64(s.shm_bytes_sent),
 		SHMBytesReceived:    uint64(s.shm_bytes_received),
+		SHMCollectives:      uint64(s.shm_collectives),
+		SHMBytesByReference: uint64(s.shm_bytes_by_reference),
 	}, nil
 }
 

@@ -194,6 +194,8 @@ class Communicator {
     d["shm_pairs"] = s.shm_pairs;
     d["shm_bytes_sent"] = s.shm_bytes_sent;
     d["shm_bytes_received"] = s.shm_bytes_received;
+    d["shm_collectives"] = s.shm_collectives;
+    d["shm_bytes_by_reference"] = s.shm_bytes_by_reference;
     return d;
   }
 

@@ -253,6 +253,8 @@ pub struct nexar_stats_t {
     pub shm_pairs: u64,
     pub shm_bytes_sent: u64,
     pub shm_bytes_received: u64,
+    pub shm_collectives: u64,
+    pub shm_bytes_by_reference: u64,
 }
 
 // ---- RPC ---------------------------------------------------------------------------------

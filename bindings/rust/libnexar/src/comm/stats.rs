@@ -48,6 +48,10 @@ pub struct Stats {
     pub shm_bytes_sent: u64,
     /// Payload bytes read from peers' shared memory.
     pub shm_bytes_received: u64,
+    /// Collectives run on shared memory, reading the peers' segments.
+    pub shm_collectives: u64,
+    /// Payload bytes peers read straight from this rank's `mem_alloc` buffers.
+    pub shm_bytes_by_reference: u64,
 }
 
 impl From<sys::nexar_stats_t> for Stats {
@@ -74,6 +78,8 @@ impl From<sys::nexar_stats_t> for Stats {
             shm_pairs: s.shm_pairs,
             shm_bytes_sent: s.shm_bytes_sent,
             shm_bytes_received: s.shm_bytes_received,
+            shm_collectives: s.shm_collectives,
+            shm_bytes_by_reference: s.shm_bytes_by_reference,
         }
     }
 }

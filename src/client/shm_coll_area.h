@@ -1,0 +1,128 @@
+// ShmCollArea: one communicator's collective area, a block of each member's
+// symmetric heap that the members read straight out of each other's
+// segments (collective/shm_collectives.h runs the algorithms on it).
+//
+// Layout of a member's area (each counter on a cache line of its own, written
+// only by the owner, read by every member):
+//
+//   line 0   published: tickets whose data this member put in its slot
+//   line 1   reduced:   tickets whose slice this member reduced in its slot
+//   line 2   finished:  tickets this member is done reading from the others
+//   then kSlots slots, each a header line (SlotHeader), kSlotBytes of data
+//   and kResultBytes for the slice of it this member reduces
+//
+// A ticket is one step of a collective (one chunk of an allreduce); every
+// member numbers them alike, and ticket t uses slot t % kSlots. A member
+// refills a slot only once every member finished the ticket before that
+// slot's previous use, so the counters alone order every access.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "transport/shm_segment.h"
+
+namespace nexar {
+
+class ShmHost;
+
+class ShmCollArea {
+ public:
+  enum Counter : uint32_t { kPublished = 0, kReduced = 1, kFinished = 2 };
+  static constexpr uint32_t kSlots = 2;
+  static constexpr uint64_t kSlotBytes = 1ull << 20;
+  // What the owner writes before publishing a ticket.
+  struct SlotHeader {
+    uint64_t ticket;
+    uint64_t check;        // the collective's check (Coll::check)
+    uint64_t data_offset;  // where the data is, in the owner's heap
+    uint64_t bytes;
+  };
+  // A slice is at most half a slot (and an element): there are two members
+  // or more.
+  static constexpr uint64_t kResultBytes = kSlotBytes / 2 + kShmLine;
+  static constexpr uint64_t kSlotStride = kShmLine + kSlotBytes + kResultBytes;
+  static constexpr uint64_t kAreaBytes = 3 * kShmLine + kSlots * kSlotStride;
+
+  // This member's area (rank of size members), or null when the heap cannot
+  // hold one (the communicator's collectives then travel as messages).
+  static std::unique_ptr<ShmCollArea> create(ShmHost &host, uint32_t rank, uint32_t size);
+  // own: the area, at offset in this member's heap (create() makes one).
+  ShmCollArea(ShmHost &host, uint32_t rank, uint32_t size, uint8_t *own, uint64_t offset);
+  ~ShmCollArea();
+  ShmCollArea(const ShmCollArea &) = delete;
+  ShmCollArea &operator=(const ShmCollArea &) = delete;
+
+  ShmHost &host() const { return host_; }
+  uint32_t rank() const { return rank_; }
+  uint32_t size() const { return static_cast<uint32_t>(members_.size()); }
+  // Where this member's area starts in its heap (what the others attach).
+  uint64_t offset() const { return offset_; }
+  // Member r (world rank world_rank) has its area at offset in its heap;
+  // false if its channel is gone or the area does not fit that heap.
+  bool attach(uint32_t r, uint32_t world_rank, uint64_t offset);
+
+  uint64_t *own(Counter c) const { return reinterpret_cast<uint64_t *>(own_ + c * kShmLine); }
+  const uint64_t *counter(uint32_t r, Counter c) const {
+    return reinterpret_cast<const uint64_t *>(members_[r].area + c * kShmLine);
+  }
+  SlotHeader *own_header(uint64_t ticket) const {
+    return reinterpret_cast<SlotHeader *>(own_ + slot_offset(ticket));
+  }
+  const SlotHeader *header(uint32_t r, uint64_t ticket) const {
+    return reinterpret_cast<const SlotHeader *>(members_[r].area + slot_offset(ticket));
+  }
+  // Ticket's slot data in member r's area (this member's own for r == rank()).
+  const uint8_t *slot(uint32_t r, uint64_t ticket) const {
+    return members_[r].area + slot_offset(ticket) + kShmLine;
+  }
+  uint8_t *own_result(uint64_t ticket) const {
+    return own_ + slot_offset(ticket) + kShmLine + kSlotBytes;
+  }
+  const uint8_t *result(uint32_t r, uint64_t ticket) const {
+    return members_[r].area + slot_offset(ticket) + kShmLine + kSlotBytes;
+  }
+  uint8_t *own_slot(uint64_t ticket) const { return own_ + slot_offset(ticket) + kShmLine; }
+  // Heap offset of ticket's slot data in any member's area (the areas differ
+  // in offset; this is the owner's).
+  uint64_t own_slot_offset(uint64_t ticket) const {
+    return offset_ + slot_offset(ticket) + kShmLine;
+  }
+  // Member r's heap (this member's own for r == rank()) and its size: a
+  // header's data_offset points into it.
+  const uint8_t *heap(uint32_t r) const { return members_[r].heap; }
+  uint64_t heap_bytes(uint32_t r) const { return members_[r].heap_bytes; }
+  // This member's heap offset of p, or false if p is not in its heap.
+  bool in_own_heap(const void *p, uint64_t bytes, uint64_t *offset) const;
+
+  // Rings every other member whose loop sleeps.
+  void ring_all() const;
+
+  // Tickets: the next one of this communicator (the same on every member).
+  uint64_t take_tickets(uint64_t n) {
+    const uint64_t t = next_ticket_;
+    next_ticket_ += n;
+    return t;
+  }
+
+ private:
+  static uint64_t slot_offset(uint64_t ticket) {
+    return 3 * kShmLine + (ticket % kSlots) * kSlotStride;
+  }
+
+  struct Member {
+    uint32_t world_rank = 0;
+    const uint8_t *area = nullptr;
+    const uint8_t *heap = nullptr;
+    uint64_t heap_bytes = 0;
+  };
+  ShmHost &host_;
+  uint32_t rank_;
+  uint8_t *own_;
+  uint64_t offset_;
+  std::vector<Member> members_;
+  uint64_t next_ticket_ = 0;
+};
+
+}  // namespace nexar

@@ -1,0 +1,38 @@
+// The association order in which allreduce's message algorithms combine
+// each element's contributions. A collective that reduces somewhere else
+// (on shared memory, collective/shm_collectives.h) follows the same order,
+// so turning the same-host path on or off never changes a float's bits.
+//
+// * LeftToRight: ((x0 op x1) op x2) ... (the star, the direct exchange).
+// * Tree: the fold's virtual vectors (x_2i op x_2i+1 for the first rem
+//   pairs, schedule.h's Fold), combined pairwise, neighbours first
+//   (recursive doubling and halving-doubling).
+// * Ring: element of ring block b (ChunkLayout over the vector): x_b+1, then
+//   op x_b+2, ..., op x_b, indices mod n (the ring's reduce-scatter).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer_pool.h"
+#include "nexar.h"
+
+namespace nexar {
+
+enum class ReductionOrder { LeftToRight, Tree, Ring };
+
+struct ReductionInputs {
+  std::vector<const uint8_t *> x;  // per rank, the element at `first`
+  size_t count = 0;                // elements of the whole vector (Ring's blocks)
+  size_t esize = 0;
+  nexar_dtype_t dtype = NEXAR_DTYPE_F32;
+  nexar_op_t op = NEXAR_OP_SUM;
+};
+
+// out[0, len) = the reduction of elements [first, first + len) in order o.
+// out must not overlap any input; pool lends the Tree's partial sums.
+void reduce_in_order(ReductionOrder o, const ReductionInputs &in, size_t first, size_t len,
+                     uint8_t *out, BufferPool &pool);
+
+}  // namespace nexar

@@ -1,0 +1,32 @@
+// Collectives among ranks that share one host, read straight out of each
+// other's shared memory (client/shm_coll_area.h) instead of travelling as
+// messages through the pairs' rings.
+//
+// * Allreduce, per chunk of at most one slot: every member copies its chunk
+//   into its slot (or, from a buffer of nexar_mem_alloc, only publishes where
+//   it is) and publishes the ticket; member r reduces slice r of the chunk
+//   out of every member's slot into its own and publishes that; everyone
+//   copies the reduced slices out. Each slice is reduced on one member and
+//   copied from there: bit-identical everywhere. The next chunk is
+//   published while the slices of this one are reduced. Small vectors skip
+//   the slices: every member reduces the whole vector in rank order (one
+//   publish instead of three).
+// * Broadcast: the root publishes each chunk, the others copy it out.
+// * Barrier: every member publishes a ticket and waits for the others'.
+//
+// A member's wait is a ShmCondition: its loop sleeps until a peer rings it
+// after publishing. The communicator decides at its first such collective
+// whether all its members share memory (one small exchange between the
+// pairs that do); if not, these return with *ran == false and the message
+// algorithms run.
+#pragma once
+
+#include "collective/coll.h"
+
+namespace nexar {
+
+Task<Status> shm_allreduce(Coll &c, bool *ran);
+Task<Status> shm_broadcast(Coll &c, bool *ran);
+Task<Status> shm_barrier(Coll &c, bool *ran);
+
+}  // namespace nexar
