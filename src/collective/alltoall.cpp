@@ -59,7 +59,8 @@ Task<Status> alltoall(Coll &c) {
   // A sparse mesh: every block along its shortest path of links, forwarded
   // by the ranks on the way (forward_over_links.cpp), not by the relay.
   if (MemberRoutes routes(c); routes.usable() && n <= kAlltoallOverLinksMaxWorld)
-    co_return co_await alltoall_over_links(c, routes, send, recv, block);
+    co_return co_await alltoall_over_links(c, routes, send, recv, block,
+                                           block * (n - 1) > kConcurrentBytes);
 
   if (block * (n - 1) <= kConcurrentBytes) {
     std::vector<Task<Status>> io;

@@ -11,11 +11,13 @@
 //   hypercube) instead of p-1; message step = the block's rank.
 // Alltoall: block (s, d) follows the path s -> d hop by hop; message step =
 //   s * p + d (unique on every link). Each rank knows the paths, so it posts
-//   a receive for every block that ends at or passes through it at once. A
-//   passing block waits in a pooled buffer until it is sent on: a rank
-//   holds at most the blocks routed through it (on a hypercube about
-//   (log2 p / 2 - 1) of its own n bytes), the bytes the relay would
-//   otherwise have held for it.
+//   a receive for every block that ends at or passes through it. A passing
+//   block waits in a pooled buffer until it is sent on. Small exchanges move
+//   every block at once; large ones in p-1 rounds (round k: the blocks
+//   (s, s+k)), as the pairwise exchange does, so that a rank has few blocks
+//   in flight and holds only those of one round passing through it. Rounds
+//   need no synchronisation of their own: a rank's round-k messages go out
+//   after its round k-1 completed, so nothing waits behind a later round.
 // Cost: the same link bytes as the shortest-path relay, plus one message
 // per hop instead of relay chunks; no reduction.
 #include "collective/collectives.h"
@@ -64,32 +66,46 @@ Task<Status> allgather_over_links(Coll &c, MemberRoutes &routes, uint64_t block)
 }
 
 Task<Status> alltoall_over_links(Coll &c, MemberRoutes &routes, const uint8_t *send, uint8_t *recv,
-                                 uint64_t block) {
+                                 uint64_t block, bool in_rounds) {
   const uint32_t p = c.size(), me = c.rank();
-  std::vector<Task<Status>> flows;
-  for (uint32_t d = 0; d < p; ++d)
-    if (d != me)
-      flows.push_back(c.send(routes.next_hop(me, d), me * p + d, send + d * block, block));
-  for (uint32_t s = 0; s < p; ++s) {
-    if (s == me) continue;
-    const uint32_t to_me = routes.distance(s, me);
-    for (uint32_t d = 0; d < p; ++d) {
-      // Only a rank on some shortest path can be on the chosen one.
-      if (d == s || to_me + routes.distance(me, d) != routes.distance(s, d)) continue;
-      uint32_t prev = s, at = routes.next_hop(s, d);
-      while (at != me && at != d) {
-        prev = at;
-        at = routes.next_hop(at, d);
-      }
-      if (at != me) continue;
-      const uint32_t step = s * p + d;
-      if (d == me)
-        flows.push_back(c.recv(prev, step, recv + s * block, block));
-      else
-        flows.push_back(pass_through(c, prev, routes.next_hop(me, d), step, block));
+  // This rank's part in moving block (s, d): its send, its receive, passing
+  // it on, or nothing.
+  auto part = [&](uint32_t s, uint32_t d, std::vector<Task<Status>> *flows) {
+    const uint32_t step = s * p + d;
+    if (s == me) {
+      flows->push_back(c.send(routes.next_hop(me, d), step, send + d * block, block));
+      return;
     }
+    // Only a rank on some shortest path can be on the chosen one.
+    if (routes.distance(s, me) + routes.distance(me, d) != routes.distance(s, d)) return;
+    uint32_t prev = s, at = routes.next_hop(s, d);
+    while (at != me && at != d) {
+      prev = at;
+      at = routes.next_hop(at, d);
+    }
+    if (at != me) return;
+    if (d == me)
+      flows->push_back(c.recv(prev, step, recv + s * block, block));
+    else
+      flows->push_back(pass_through(c, prev, routes.next_hop(me, d), step, block));
+  };
+  if (!in_rounds) {
+    std::vector<Task<Status>> flows;
+    for (uint32_t s = 0; s < p; ++s)
+      for (uint32_t d = 0; d < p; ++d)
+        if (d != s) part(s, d, &flows);
+    co_return co_await when_all(c.op(), std::move(flows));
   }
-  co_return co_await when_all(c.op(), std::move(flows));
+  // Round k moves every block (s, s + k): one block starts and one ends at
+  // each rank, plus those passing through it.
+  for (uint32_t k = 1; k < p; ++k) {
+    std::vector<Task<Status>> flows;
+    for (uint32_t s = 0; s < p; ++s)
+      part(s, (s + k) % p, &flows);
+    Status st = co_await when_all(c.op(), std::move(flows));
+    if (!st) co_return st;
+  }
+  co_return Status();
 }
 
 }  // namespace nexar

@@ -19,10 +19,11 @@ Task<Status> scatter_over_links(Coll &c, MemberRoutes &routes, uint64_t block);
 // The caller has put this rank's own block in place in recvbuf.
 Task<Status> allgather_over_links(Coll &c, MemberRoutes &routes, uint64_t block);
 // send: every rank's blocks (not overlapping recv); the caller has copied
-// this rank's own block to recv.
+// this rank's own block to recv. in_rounds: a few blocks in flight at a
+// time (for large exchanges) instead of all at once.
 Task<Status> alltoall_over_links(Coll &c, MemberRoutes &routes, const uint8_t *send, uint8_t *recv,
-                                 uint64_t block);
-// Alltoall numbers its messages by (origin, destination): worlds below this
+                                 uint64_t block, bool in_rounds);
+// Alltoall numbers its messages by (origin, destination): worlds up to this
 // size can.
 constexpr uint32_t kAlltoallOverLinksMaxWorld = 4095;
 

@@ -1,9 +1,10 @@
 // Gather, scatter, allgather and alltoall on sparse meshes move data along
 // direct links only: exact results on hypercube, k_regular:4 and custom
 // graphs of 4 to 16 ranks (roots other than 0, block sizes that are not
-// powers of two, blocks above the copy threshold, in place), on split
-// communicators too, and the relay forwards nothing for them (the usual
-// algorithms talk to every member, so non-neighbours' blocks were relayed).
+// powers of two, blocks above the copy threshold, large exchanges that move
+// in rounds, in place), on split communicators too, and the relay forwards
+// nothing for them (the usual algorithms talk to every member, so
+// non-neighbours' blocks were relayed).
 #include <cstring>
 #include <string>
 
@@ -46,6 +47,20 @@ int32_t value(uint32_t from, uint32_t to, size_t i) {
   return static_cast<int32_t>(from * 1000003u + to * 7919u + i % 4099);
 }
 
+// Alltoall, then the same in place, checked.
+void alltoall_checked(nexar_comm_t *comm, uint32_t me, uint32_t n, size_t count) {
+  std::vector<int32_t> send(count * n), recv(count * n, -1);
+  for (uint32_t d = 0; d < n; ++d)
+    for (size_t i = 0; i < count; ++i)
+      send[d * count + i] = value(me, d, i);
+  NX_OK(nexar_alltoall(comm, send.data(), recv.data(), count, NEXAR_DTYPE_I32, nullptr, nullptr));
+  for (uint32_t s = 0; s < n; ++s)
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(recv[s * count + i], value(s, me, i)) << "alltoall";
+  NX_OK(nexar_alltoall(comm, send.data(), send.data(), count, NEXAR_DTYPE_I32, nullptr, nullptr));
+  ASSERT_TRUE(send == recv) << "alltoall in place";
+}
+
 // The four collectives on comm (rank me of n) at each count, checked.
 void run_four(nexar_comm_t *comm, uint32_t me, uint32_t n, const std::vector<size_t> &counts) {
   for (size_t count : counts) {
@@ -78,16 +93,7 @@ void run_four(nexar_comm_t *comm, uint32_t me, uint32_t n, const std::vector<siz
       for (size_t i = 0; i < count; ++i)
         ASSERT_EQ(all[r * count + i], value(r, 0, i)) << "allgather";
 
-    std::vector<int32_t> send(count * n), recv(count * n, -1);
-    for (uint32_t d = 0; d < n; ++d)
-      for (size_t i = 0; i < count; ++i)
-        send[d * count + i] = value(me, d, i);
-    NX_OK(nexar_alltoall(comm, send.data(), recv.data(), count, NEXAR_DTYPE_I32, nullptr, nullptr));
-    for (uint32_t s = 0; s < n; ++s)
-      for (size_t i = 0; i < count; ++i)
-        ASSERT_EQ(recv[s * count + i], value(s, me, i)) << "alltoall";
-    NX_OK(nexar_alltoall(comm, send.data(), send.data(), count, NEXAR_DTYPE_I32, nullptr, nullptr));
-    ASSERT_TRUE(send == recv) << "alltoall in place";
+    alltoall_checked(comm, me, n, count);
   }
 }
 
@@ -102,7 +108,11 @@ TEST_P(OverLinks, ExactAndNothingRelayed) {
   ASSERT_TRUE(w.ok());
   const uint64_t before = forwarded(w.comms);
   // 17000 int32 blocks (68000 bytes) pass the 64 KiB copy threshold.
-  on_each_rank(m.n, [&](uint32_t me) { run_four(w[me], me, m.n, {1, 7, 3001, 17000}); });
+  on_each_rank(m.n, [&](uint32_t me) {
+    run_four(w[me], me, m.n, {1, 7, 3001, 17000});
+    // Blocks of 280000 bytes: a large exchange, moved in rounds.
+    alltoall_checked(w[me], me, m.n, 70000);
+  });
   EXPECT_EQ(forwarded(w.comms), before) << "bytes forwarded by relays";
 }
 
