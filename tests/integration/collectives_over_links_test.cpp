@@ -110,8 +110,8 @@ TEST_P(OverLinks, ExactAndNothingRelayed) {
   // 17000 int32 blocks (68000 bytes) pass the 64 KiB copy threshold.
   on_each_rank(m.n, [&](uint32_t me) {
     run_four(w[me], me, m.n, {1, 7, 3001, 17000});
-    // Blocks of 280000 bytes: a large exchange, moved in rounds.
-    alltoall_checked(w[me], me, m.n, 70000);
+    // A large exchange (more than 1 MiB to send per rank): moved in rounds.
+    alltoall_checked(w[me], me, m.n, (1 << 20) / 4 / (m.n - 1) + 1000);
   });
   EXPECT_EQ(forwarded(w.comms), before) << "bytes forwarded by relays";
 }
