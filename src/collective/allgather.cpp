@@ -9,12 +9,18 @@
 //   Cost: (p-1) S alpha + n (p-1)/p beta for n = p * count * esize bytes out
 //   and S segments per block; no computation.
 //
+// * Over links (a sparse mesh, unless the ring's steps are all links): each
+//   block spreads down the shortest-path tree of links from its rank
+//   (forward_over_links.cpp); nothing relayed.
+//
 // Restrictions: none (any p, count == 0 completes at once, p == 1 copies).
 // sendbuf may lie inside recvbuf at this rank's block (then nothing is copied).
 //
 // References: Thakur, Rabenseifner & Gropp (IJHPCA 2005), ring allgather;
 // gloo/allgather.cc; Open MPI coll_base_allgather_intra_ring.
 #include "collective/collectives.h"
+#include "collective/mesh_shape.h"
+#include "collective/over_links.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
 
@@ -58,6 +64,11 @@ Task<Status> allgather(Coll &c) {
   if (a.count == 0) co_return Status();
   copy_unless_same(static_cast<uint8_t *>(a.recvbuf) + c.rank() * bytes, a.sendbuf, bytes);
   if (n == 1) co_return Status();
+  // A sparse mesh whose ring steps are not all links: each block down a
+  // tree of links (forward_over_links.cpp). On a ring-shaped mesh the ring
+  // is already direct.
+  if (MemberRoutes routes(c); routes.usable() && mesh_shape(c) != MeshShape::Ring)
+    co_return co_await allgather_over_links(c, routes, bytes);
   const uint32_t segs = ring_segments(c, n - 1, a.count, false);
   AllgatherRing plan(c, segs);
   co_return co_await run_ring(c, kPhaseRing, n - 1, segs, plan);

@@ -10,6 +10,9 @@
 // bound: one message latency instead of N-1); above, they run in order, so a
 // rank has one block in flight per direction and receivers never buffer.
 //
+// On a sparse mesh the blocks travel along links instead, forwarded by the
+// ranks on their shortest paths (forward_over_links.cpp).
+//
 // Restrictions: none. Any N, any count (0 completes at once); a world of one
 // copies. In place (sendbuf == recvbuf) sends from a pooled copy of the input.
 //
@@ -24,6 +27,7 @@
 #include <cstring>
 
 #include "collective/collectives.h"
+#include "collective/over_links.h"
 
 namespace nexar {
 namespace {
@@ -52,6 +56,11 @@ Task<Status> alltoall(Coll &c) {
   } else {
     memcpy(recv + me * block, send + me * block, block);
   }
+  // A sparse mesh: every block along its shortest path of links, forwarded
+  // by the ranks on the way (forward_over_links.cpp), not by the relay.
+  if (MemberRoutes routes(c); routes.usable() && n <= kAlltoallOverLinksMaxWorld)
+    co_return co_await alltoall_over_links(c, routes, send, recv, block,
+                                           block * (n - 1) > kConcurrentBytes);
 
   if (block * (n - 1) <= kConcurrentBytes) {
     std::vector<Task<Status>> io;

@@ -1,4 +1,5 @@
-// Gather and scatter: flat, or a binomial tree.
+// Gather and scatter: flat, or a binomial tree; on a sparse mesh a tree of
+// direct links instead (tree_over_links.cpp).
 //
 // Algorithms, over virtual ranks v = (r - root) mod N (the root is v = 0):
 //   Flat: the root posts all N-1 receives (gather) or sends (scatter) at once
@@ -34,6 +35,7 @@
 #include <cstring>
 
 #include "collective/collectives.h"
+#include "collective/over_links.h"
 
 namespace nexar {
 namespace {
@@ -162,6 +164,9 @@ Task<Status> gather(Coll &c) {
     memmove(c.args().recvbuf, c.args().sendbuf, block);
     co_return Status();
   }
+  // A sparse mesh: a tree of direct links (tree_over_links.cpp).
+  if (MemberRoutes routes(c); routes.usable())
+    co_return co_await gather_over_links(c, routes, block);
   if (use_tree(c, block)) co_return co_await gather_tree(c, block);
   co_return co_await gather_flat(c, block);
 }
@@ -173,6 +178,8 @@ Task<Status> scatter(Coll &c) {
     memmove(c.args().recvbuf, c.args().sendbuf, block);
     co_return Status();
   }
+  if (MemberRoutes routes(c); routes.usable())
+    co_return co_await scatter_over_links(c, routes, block);
   if (use_tree(c, block)) co_return co_await scatter_tree(c, block);
   co_return co_await scatter_flat(c, block);
 }
