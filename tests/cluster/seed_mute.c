@@ -22,8 +22,21 @@ void elastic_test_arm_seed_mute(void);
 /* A Welcome carries two certificates: well above any ACK, PING or count. */
 enum { kWelcomeBytes = 1000 };
 
-static struct sockaddr_in seed_addr;
+static struct sockaddr_in seed_addr; /* written before armed is set */
 static atomic_int armed, muted;
+static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
+static int (*real_recvmmsg)(int, struct mmsghdr *, unsigned int, int, struct timespec *);
+
+/* Before main and any thread: the calls below only read these. */
+__attribute__((constructor)) static void find_real_calls(void) {
+  real_sendmsg = (ssize_t(*)(int, const struct msghdr *, int))dlsym(RTLD_NEXT, "sendmsg");
+  real_recvmmsg = (int (*)(int, struct mmsghdr *, unsigned int, int, struct timespec *))dlsym(
+      RTLD_NEXT, "recvmmsg");
+  if (!real_sendmsg || !real_recvmmsg) {
+    fprintf(stderr, "seed_mute: the real sendmsg or recvmmsg was not found\n");
+    abort();
+  }
+}
 
 void elastic_test_arm_seed_mute(void) {
   const char *seed = getenv("NEXAR_SEED");
@@ -46,23 +59,17 @@ static int from_seed(const void *name, socklen_t len) {
 }
 
 ssize_t sendmsg(int fd, const struct msghdr *m, int flags) {
-  static ssize_t (*real)(int, const struct msghdr *, int);
-  if (!real) real = (ssize_t(*)(int, const struct msghdr *, int))dlsym(RTLD_NEXT, "sendmsg");
   if (atomic_load(&muted) && from_seed(m->msg_name, m->msg_namelen)) {
     size_t n = 0;
     for (size_t i = 0; i < m->msg_iovlen; ++i)
       n += m->msg_iov[i].iov_len;
     return (ssize_t)n; /* "sent", and lost on the way */
   }
-  return real(fd, m, flags);
+  return real_sendmsg(fd, m, flags);
 }
 
 int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags, struct timespec *timeout) {
-  static int (*real)(int, struct mmsghdr *, unsigned int, int, struct timespec *);
-  if (!real)
-    real = (int (*)(int, struct mmsghdr *, unsigned int, int, struct timespec *))dlsym(RTLD_NEXT,
-                                                                                       "recvmmsg");
-  const int got = real(fd, v, n, flags, timeout);
+  const int got = real_recvmmsg(fd, v, n, flags, timeout);
   if (atomic_load(&armed))
     for (int i = 0; i < got; ++i)
       if (v[i].msg_len >= kWelcomeBytes &&
