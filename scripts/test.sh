@@ -31,6 +31,10 @@ echo "== fuzzing (scripts/fuzz.sh 20)"
 scripts/fuzz.sh 20
 echo "== soak (scripts/soak.sh 2)"
 scripts/soak.sh 2
+# 3 cycles of kill -9, shrink, join and grow in an elastic world of 4, every
+# result checked, fds and threads flat (a few seconds; 20 cycles on request).
+echo "== elastic soak (scripts/elastic-soak.sh 3)"
+scripts/elastic-soak.sh 3
 # 4 hosts (network namespaces) with lossy and rate-limited links, a link
 # down for 2 s and one down past the heartbeat timeout (docs/testing.md):
 # about 4 minutes, so on request only.

@@ -72,14 +72,15 @@ Status ElasticLink::grow(Communicator &comm, uint64_t grow_seq, uint32_t max_new
         s = form_welcomed(cfg_, w.welcome, key.get(), advertised, static_cast<int32_t>(comm.rank()),
                           fd.fd, *seed_, true, out);
         if (s) return s;
-        if (seed_->has_word()) continue;  // welcomed again (a joiner was lost)
-        return error(s.code,
-                     format("rank %u: forming the grown world: %s", comm.rank(), s.message.c_str()),
-                     s.failed_rank);
+        // Welcomed again (a joiner was lost), or the grow failed: the seed
+        // says which, the same to every member (a mesh that failed here was
+        // reported to it).
+        continue;
       case SeedClient::Word::Error:
         return error(w.error.code, format("rank %u: %s", comm.rank(), w.error.message.c_str()),
                      w.error.failed_rank);
       case SeedClient::Word::Requeued:
+      case SeedClient::Word::Formed:  // not this member's: it waits for a Welcome
         continue;
       case SeedClient::Word::Gone:
         return error(NEXAR_ERR_CLOSED,

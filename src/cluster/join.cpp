@@ -23,6 +23,9 @@ constexpr uint64_t kFirstBackoffMs = 100;
 constexpr uint64_t kMaxBackoffMs = 2000;
 constexpr uint64_t kWelcomeMarginMs = 15000;  // beyond the seed's own formation deadline
 constexpr uint64_t kReadyAckMs = 2000;
+// Beyond the seed's own bound on a grow (the members' connect timeout), so
+// that its verdict on a grown world arrives before this side gives up.
+constexpr uint64_t kGrowVerdictMarginMs = 5000;
 
 uint64_t deadline_after(uint64_t ms) {
   return now_ns() + ms * kNsPerMs;
@@ -373,7 +376,7 @@ void SeedClient::on_control(QuicConnection *c, std::span<const uint8_t> message)
         } else if constexpr (std::is_same_v<T, wire::JoinAdmitted>) {
           if (settled) {
             Word w;
-            w.kind = Word::Requeued;
+            w.kind = m.world_size != 0 && m.joined == m.world_size ? Word::Formed : Word::Requeued;
             push_word(std::move(w));
             return;
           }
@@ -449,6 +452,14 @@ bool SeedClient::has_word() {
 bool SeedClient::seed_gone() {
   std::lock_guard<std::mutex> g(mu_);
   return gone_;
+}
+
+bool SeedClient::take_formed(uint64_t deadline_ns) {
+  if (!wait_until(deadline_ns, [&] { return !words_.empty() || gone_; })) return false;
+  std::lock_guard<std::mutex> g(mu_);
+  if (words_.empty() || words_.front().kind != Word::Formed) return false;
+  words_.pop_front();
+  return true;
 }
 
 bool SeedClient::next_word(uint64_t deadline_ns, Word *out) {
@@ -613,6 +624,21 @@ Status form_welcomed(const Config &cfg, const wire::Welcome &welcome, gnutls_x50
     return s;
   }
   seed.report_ready(t.rank);
+  if (settled && !seed.take_formed(deadline_after(cfg.connect_timeout_ms + kGrowVerdictMarginMs))) {
+    // The seed gave this world up (a participant was lost, or it welcomes
+    // again without a lost joiner), or never answered: leave it.
+    const bool told = seed.has_word();
+    rank_client->shutdown();
+    if (told)
+      return error(NEXAR_ERR_ABORTED, format("the elastic seed gave up grown world %016llx",
+                                             static_cast<unsigned long long>(t.cluster_id)));
+    return error(NEXAR_ERR_TIMEOUT,
+                 format("the elastic seed at %s did not say within %.0f s whether grown world "
+                        "%016llx formed",
+                        seed.seed_address().to_string().c_str(),
+                        (cfg.connect_timeout_ms + kGrowVerdictMarginMs) / 1e3,
+                        static_cast<unsigned long long>(t.cluster_id)));
+  }
   std::vector<uint32_t> identity(t.world_size);
   for (uint32_t r = 0; r < t.world_size; ++r)
     identity[r] = r;
@@ -663,15 +689,16 @@ Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out,
   if (!(s = client->join(seed, local, std::move(req), &welcome))) return s;
 
   // 4. The mesh, on the socket bound in step 1. A joiner of a running world
-  // may be welcomed again (a joiner of the same grow was lost) or sent back
-  // to wait (a member was lost): it tries again until join_timeout_ms.
+  // whose grown world did not form may be welcomed again (a joiner of the
+  // same grow was lost) or sent back to wait (a member was lost, or a mesh
+  // failed; the seed hears of it): it tries again until join_timeout_ms.
   const bool running = client->joins_running_world();
   if (running) client->settle();
   const uint64_t deadline = deadline_after(cfg.join_timeout_ms);
   for (;;) {
     s = form_welcomed(cfg, welcome, key.get(), advertised, running ? -1 : cfg.rank, fd.fd, *client,
                       running, out);
-    if (s || !running || !client->has_word()) break;
+    if (s || !running) break;
     SeedClient::Word w;
     bool retry = false;
     while (!retry) {
@@ -684,7 +711,7 @@ Status join_cluster(const Config &cfg, std::unique_ptr<Communicator> *out,
       if (w.kind == SeedClient::Word::Welcome) {
         welcome = std::move(w.welcome);
         retry = true;
-      } else if (w.kind != SeedClient::Word::Requeued) {
+      } else if (w.kind != SeedClient::Word::Requeued && w.kind != SeedClient::Word::Formed) {
         s = w.error.ok() ? error(NEXAR_ERR_CLOSED, "the elastic seed is gone") : w.error;
         break;
       }

@@ -46,8 +46,11 @@ Status bind_worker_socket(const Config &cfg, const SocketAddress &seed, int *fd,
                           SocketAddress *bound, SocketAddress *advertised);
 
 // Forms this worker's mesh in the world a Welcome describes, on a copy of fd
-// (fd stays bound for another attempt), and tells the seed. settled: the
-// seed's news ends the attempt (SeedClient::on_word), else its failures do.
+// (fd stays bound for another attempt), and tells the seed. settled (a
+// grow): the seed's news ends the attempt (SeedClient::on_word), and the
+// grown world is used only once the seed says every participant formed it;
+// when it says otherwise, the mesh is left and that word is the caller's
+// (SeedClient::has_word). Else the seed's failures end the attempt.
 Status form_welcomed(const Config &cfg, const wire::Welcome &welcome, gnutls_x509_privkey_t key,
                      const SocketAddress &advertised, int32_t asked_rank, int fd, SeedClient &seed,
                      bool settled, std::unique_ptr<Communicator> *out);
@@ -88,9 +91,10 @@ class SeedClient : public ConnectionHandler {
   void close();
 
   // ---- Elastic membership, once this worker is in a world ----
-  // What the seed says after settle(), in order.
+  // What the seed says after settle(), in order. Formed: every participant
+  // of the grow formed the grown world.
   struct Word {
-    enum Kind { Welcome, Error, Requeued, Gone } kind = Gone;
+    enum Kind { Welcome, Error, Requeued, Gone, Formed } kind = Gone;
     wire::Welcome welcome;
     Status error;
   };
@@ -105,6 +109,10 @@ class SeedClient : public ConnectionHandler {
   bool next_word(uint64_t deadline_ns, Word *out);
   // Whether a word waits to be read.
   bool has_word();
+  // Waits until deadline_ns for the seed's next word: true when it says the
+  // grown world formed (the word is consumed); otherwise any word stays for
+  // next_word().
+  bool take_formed(uint64_t deadline_ns);
   // Joiners waiting at the seed, as it last said (any thread).
   uint32_t pending_joins() const { return pending_.load(); }
   // The seed's connection is gone (any thread).

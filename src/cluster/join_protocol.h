@@ -24,6 +24,11 @@
 //                     the worker's certificate signed from its request, every
 //                     rank's address}. The private key never left the worker.
 //   worker -> seed    MeshReady once its mutual-TLS mesh is formed.
+//   seed -> worker    in a grow of an elastic seed's world only: once every
+//                     participant's MeshReady arrived, JoinAdmitted{n, n}
+//                     (the grown world of n ranks formed; it is used only
+//                     from then on), else a JoinError to the members and
+//                     JoinAdmitted{0, 0} (wait again) to the joiners.
 //
 // Without a token (auth=open) the proofs are empty; such a seed admits only
 // workers on its own host unless it was told to run open, and a worker that

@@ -487,6 +487,12 @@ void Seed::complete() {
 
 void Seed::handle_ready(Member *m, const wire::MeshReady &r) {
   if (m->round != 0) return round_ready(m, r);
+  if (admits_joiners() &&
+      (m->state == Member::State::Ready || m->state == Member::State::Pending)) {
+    // Sent before this worker heard that its grow failed or restarted.
+    LOG_DEBUG("%s reports a grown mesh the seed gave up: ignored", m->describe().c_str());
+    return;
+  }
   if (m->state != Member::State::Welcomed || r.rank != m->rank) {
     m->conn->close(1, error(NEXAR_ERR_PROTOCOL, "unexpected MeshReady"));
     return;

@@ -1,9 +1,13 @@
 // The elastic seed's part (seed.h): joiners wait in a bounded pending list;
 // a grow collects one request from every member of the communicator, then
 // welcomes the members (old ranks first, in order) and the oldest joiners
-// into a grown world with a fresh world id. A member lost during a grow fails
-// it at every member alike; a joiner lost before anyone formed the grown mesh
-// is dropped and the others are welcomed again without it.
+// into a grown world with a fresh world id. Once every participant reports
+// its mesh formed, the seed tells them all (JoinAdmitted{n, n}); only then do
+// they use the grown world, so that no participant is left in a world that
+// failed to form. A member lost during a grow, also after others formed the
+// mesh, fails it at every member alike and sends the joiners back to wait; a
+// joiner lost before anyone formed the grown mesh is dropped and the others
+// are welcomed again without it (after: the grow fails, to be tried again).
 #include <gnutls/crypto.h>
 
 #include <algorithm>
@@ -160,11 +164,15 @@ void Seed::round_ready(Member *m, const wire::MeshReady &ready) {
 }
 
 void Seed::end_round(Round *r) {
-  for (Member *m : r->members)
+  const uint32_t n = static_cast<uint32_t>(r->members.size() + r->joiners.size());
+  for (Member *m : r->members) {
     m->round = 0;
+    if (m->conn) send(m->conn, wire::JoinAdmitted{n, n});
+  }
   for (Member *j : r->joiners) {
     j->round = 0;
     j->state = Member::State::Ready;  // a member from now on
+    if (j->conn) send(j->conn, wire::JoinAdmitted{n, n});
   }
   const std::string what =
       format("grown: a world of %zu took in %zu joiner(s), now %zu ranks, in %.1f ms",
@@ -211,11 +219,16 @@ void Seed::elastic_closed(Member *m, Member::State prev, const std::string &why)
     r->joiners.erase(std::find(r->joiners.begin(), r->joiners.end(), m));
     LOG_WARN("joiner %s was lost during a grow (%s): not admitted", m->describe().c_str(),
              why.c_str());
-    // Nobody formed the grown mesh yet: welcome the others again without it.
-    if (r->ready == 0)
+    if (r->ready == 0) {
+      // Nobody formed the grown mesh yet: welcome the others again without it.
       welcome_round(r);
-    else if (r->ready == r->members.size() + r->joiners.size())
-      end_round(r);
+    } else {
+      // Some did, with it; their reports cannot be told from the next
+      // attempt's: the grow fails, and the members grow again.
+      fail_round(r, NEXAR_ERR_ABORTED, -1,
+                 format("joiner %s was lost after the grown mesh formed (%s); grow again",
+                        m->describe().c_str(), why.c_str()));
+    }
   } else if (r) {
     m->round = 0;
     auto at = std::find(r->members.begin(), r->members.end(), m);

@@ -11,6 +11,9 @@
  *   shrink       shrink the communicator
  *   continue     after a failed grow: go on with the same communicator
  *   hang         sleep until killed
+ *   muteseed     from the next grow's Welcome on, nothing this process sends
+ *                reaches the seed (nexar-elastic-worker-seed-mute only:
+ *                seed_mute.c)
  * Every wait is bounded (60 s). Prints one line per step; exits 0 when every
  * step passed. */
 #include <nexar.h>
@@ -20,6 +23,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Defined by seed_mute.c in nexar-elastic-worker-seed-mute only. */
+__attribute__((weak)) void elastic_test_arm_seed_mute(void);
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -122,6 +128,10 @@ int main(int argc, char **argv) {
       }
     } else if (!strcmp(step, "continue")) {
       /* after a failed grow: go on with the same communicator */
+    } else if (!strcmp(step, "muteseed")) {
+      ok = elastic_test_arm_seed_mute != NULL;
+      if (ok) elastic_test_arm_seed_mute();
+      printf("%s rank=%u\n", ok ? "MUTED" : "NO_MUTE_IN_THIS_BUILD", nexar_comm_rank(comm));
     } else if (!strcmp(step, "hang")) {
       printf("HANGING rank=%u\n", nexar_comm_rank(comm));
       for (int i = 0; i < 600; ++i)

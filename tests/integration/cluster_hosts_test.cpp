@@ -1,7 +1,9 @@
 // A cluster across separate hosts, each a network namespace on one bridge:
 // the seed on one, workers on the others; nothing connects to the machine's
-// own network.
+// own network. Also: kill -9 of a rank on its own host, which the others
+// learn of by silence alone (no same-host path between hosts).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,5 +172,50 @@ TEST(ClusterHosts, SeedAndWorkersInSeparateNetworkNamespaces) {
     workers.push_back(worker(dir, "open1", {{"NEXAR_SEED", seed_addr}}, {}, net.on(1)));
     workers.push_back(worker(dir, "open2", {{"NEXAR_SEED", seed_addr}}, {}, net.on(2)));
     expect_world(*open_seed, workers, 2);
+  }
+}
+
+// 4 ranks on 4 hosts (the seed with rank 0) run allreduces with checked
+// results (tests/cluster/failure_worker.c); rank 2 is killed with SIGKILL
+// mid-allreduce. Every survivor's allreduce fails with NEXAR_ERR_PEER_FAILED
+// naming rank 2 (not a survivor that gave up first); they shrink to 3 and
+// finish further allreduces with exact results.
+TEST(ClusterHosts, KilledRankOnItsOwnHostIsNamedByEverySurvivor) {
+  Hosts net(4);
+  ASSERT_TRUE(net.ok()) << "separate hosts need network namespaces, and this machine refused: "
+                        << net.error();
+  TempDir dir;
+  const std::string seed_addr = Hosts::ip(0) + ":29501";
+  std::string addr;
+  auto seed = start_seed(
+      dir, "seed", {"--listen", seed_addr, "--world-size", "4", "--token-file", write_token(dir)},
+      &addr, {}, net.on(0));
+  ASSERT_EQ(addr, seed_addr) << seed->dump();
+  std::vector<std::unique_ptr<Proc>> ranks;
+  std::vector<Proc *> all{seed.get()};
+  for (int r = 0; r < 4; ++r) {
+    ranks.push_back(std::make_unique<Proc>(dir, "rank" + std::to_string(r),
+                                           std::vector<std::string>{NEXAR_FAILURE_WORKER_BIN},
+                                           Proc::Env{{"NEXAR_SEED", seed_addr},
+                                                     {"NEXAR_CLUSTER_TOKEN", kToken},
+                                                     {"NEXAR_RANK", std::to_string(r)},
+                                                     {"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
+                                                     {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}},
+                                           net.on(r)));
+    all.push_back(ranks.back().get());
+  }
+  for (auto &p : ranks)
+    ASSERT_TRUE(p->wait_output("RUNNING rank=", 60)) << dump_all(all);
+  ranks[2]->signal(SIGKILL);
+  for (int r : {0, 1, 3}) {
+    Proc &p = *ranks[r];
+    ASSERT_TRUE(p.wait(60)) << dump_all(all);
+    EXPECT_EQ(p.code(), 0) << p.dump();
+    const std::string out = p.out();
+    EXPECT_TRUE(contains(out, "FAILED rank=" + std::to_string(r) + " status=-5 failed_rank=2 "))
+        << p.dump();
+    EXPECT_TRUE(contains(out, "SHRUNK rank=" + std::to_string(r == 3 ? 2 : r) + " size=3"))
+        << p.dump();
+    EXPECT_TRUE(contains(out, "RECOVERED rank=" + std::to_string(r))) << p.dump();
   }
 }

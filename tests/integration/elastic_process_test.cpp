@@ -5,6 +5,9 @@
 // - a joiner with a wrong token is refused with AUTH, the world untouched;
 // - a member killed during a grow fails it alike at every member, who shrink
 //   and grow again;
+// - a member lost after the others formed the grown mesh: no participant
+//   uses the grown world, every member's grow fails naming it, the joiner
+//   waits again and the next grow admits it;
 // - a joiner killed during a grow is not admitted, the grow completes;
 // - the seed gone: grow fails with a clear error, the world goes on;
 // - nexar-run --elastic with the example (examples/elastic_training.c): a
@@ -39,7 +42,7 @@ struct ElasticJob {
   }
   // rank >= 0: a member of the world being formed; -1: a joiner.
   Proc &start(const std::string &name, const std::string &steps, int rank,
-              const std::string &token = kToken) {
+              const std::string &token = kToken, const char *bin = NEXAR_ELASTIC_WORKER_BIN) {
     Proc::Env env{{"NEXAR_SEED", addr},
                   {"NEXAR_CLUSTER_TOKEN", token},
                   {"NEXAR_ELASTIC", "1"},
@@ -47,8 +50,7 @@ struct ElasticJob {
                   {"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
                   {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}};
     if (rank >= 0) env["NEXAR_RANK"] = std::to_string(rank);
-    procs.push_back(std::make_unique<Proc>(
-        dir, name, std::vector<std::string>{NEXAR_ELASTIC_WORKER_BIN, steps}, env));
+    procs.push_back(std::make_unique<Proc>(dir, name, std::vector<std::string>{bin, steps}, env));
     all.push_back(procs.back().get());
     return *procs.back();
   }
@@ -133,6 +135,44 @@ TEST(ElasticProcesses, MemberKilledDuringGrowFailsItAlikeThenShrinkAndGrowAgain)
     EXPECT_TRUE(contains(out, "size=4 sum=10 want=10 bcast=4246 ok")) << m->dump();
   }
   job.expect_done(j, "DONE rank=3 size=4");
+}
+
+// Rank 2's link to the seed goes down once its Welcome arrived
+// (nexar-elastic-worker-seed-mute): the grown mesh forms at every
+// participant, rank 2's included, but the seed never hears from rank 2 again
+// and loses it, as a member that died at that moment. Then rank 2 dies.
+TEST(ElasticProcesses, MemberLostAfterOthersFormedTheGrownMeshLeavesNoHalfFormedWorld) {
+  ElasticJob job(3);
+  const std::string member = "check,pending:1,grow:1,shrink,check,grow:1,check";
+  Proc &m0 = job.start("m0", member, 0);
+  Proc &m1 = job.start("m1", member, 1);
+  Proc &lost = job.start("m2", "check,pending:1,muteseed,grow:1,continue,hang", 2, kToken,
+                         NEXAR_ELASTIC_WORKER_SEED_MUTE_BIN);
+  for (Proc *m : {&m0, &m1, &lost})
+    ASSERT_TRUE(m->wait_output("size=3 sum=6 want=6 bcast=4245 ok", 60)) << dump_all(job.all);
+  Proc &j = job.start("j", "check", -1);
+  ASSERT_TRUE(lost.wait_output("MUTED rank=2", 60)) << dump_all(job.all);
+  for (Proc *m : {&m0, &m1})
+    ASSERT_TRUE(m->wait_output("GROW_FAILED", 60)) << dump_all(job.all);
+  lost.signal(SIGKILL);
+  job.expect_done(m0, "DONE rank=0 size=3");
+  job.expect_done(m1, "DONE rank=1 size=3");
+  for (Proc *m : {&m0, &m1}) {
+    const std::string out = m->out(), r = field(out, "JOINED rank");
+    // The grow failed alike, naming rank 2; nobody used the grown world.
+    EXPECT_TRUE(contains(out, "GROW_FAILED rank=" + r + " status=-5 failed_rank=2 ")) << m->dump();
+    EXPECT_FALSE(contains(out, "size=4")) << m->dump();
+    EXPECT_TRUE(contains(out, "SHRUNK rank=" + r + " size=2")) << m->dump();
+    EXPECT_TRUE(contains(out, "size=2 sum=3 want=3 bcast=4244 ok")) << m->dump();
+    EXPECT_TRUE(contains(out, "GROWN old_rank=" + r + " rank=" + r + " size=3")) << m->dump();
+    EXPECT_TRUE(contains(out, "CHECK rank=" + r + " size=3 sum=6 want=6 bcast=4245 ok"))
+        << m->dump();
+  }
+  // The joiner waited again and the next grow admitted it.
+  job.expect_done(j, "DONE rank=2 size=3");
+  EXPECT_TRUE(contains(j.out(), "JOINED rank=2 size=3")) << j.dump();
+  EXPECT_TRUE(contains(job.seed->out() + job.seed->err(), "was lost during the grow"))
+      << job.seed->dump();
 }
 
 TEST(ElasticProcesses, JoinerKilledDuringGrowIsNotAdmitted) {
