@@ -40,7 +40,8 @@ def test_compressed_comm_hooks_train_and_torch_fp16_bf16_hooks_match_gloo(launch
 
 
 def test_collective_mismatch_raises_on_every_rank_instead_of_hanging(launch):
-    # every rank's DistBackendError names the mismatch (worker.py asserts it)
+    # every rank's DistBackendError names the mismatch, and the group then works
+    # on (worker.py asserts both)
     ranks = launch("mismatch", 2)
     check(ranks, 240, "mismatch OK")
     for r in range(2):

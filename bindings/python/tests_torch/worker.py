@@ -397,8 +397,8 @@ def scenario_killed() -> None:
 
 def scenario_mismatch() -> None:
     """Ranks that call different collectives, or the same one with different
-    sizes, each get a DistBackendError naming the mismatch instead of a hang.
-    Each case on a group of its own: a mismatched communicator is spent."""
+    sizes, each get a DistBackendError naming the mismatch instead of a hang;
+    the group works on afterwards."""
     rank = dist.get_rank()
     cases = [
         ("all_reduce against broadcast",
@@ -411,10 +411,10 @@ def scenario_mismatch() -> None:
                                                   async_op=a) if rank == 0
          else dist.reduce_scatter_tensor(torch.empty(4), torch.ones(8), group=g, async_op=a)),
     ]
+    # Not detected, a call would fail only at this timeout, saying so.
+    g = dist.new_group(backend="nexar", timeout=timedelta(seconds=60))
     for name, call in cases:
         for async_op in (False, True):
-            # Not detected, the call would fail only at this timeout, saying so.
-            g = dist.new_group(backend="nexar", timeout=timedelta(seconds=60))
             start = time.monotonic()
             try:
                 work = call(g, async_op)
@@ -428,7 +428,9 @@ def scenario_mismatch() -> None:
                 f"{name} on rank {rank}: {message}"
             print(f"{name} (async_op={async_op}): raised after "
                   f"{time.monotonic() - start:.2f} s: {message}", flush=True)
-    dist.barrier()  # the default group is untouched
+            t = torch.full((3,), float(rank + 1))
+            dist.all_reduce(t, group=g)
+            assert t.tolist() == [3.0] * 3, f"after {name} on rank {rank}: {t}"
     print("mismatch OK", flush=True)
 
 
