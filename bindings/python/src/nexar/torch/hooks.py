@@ -56,6 +56,8 @@ class CompressionState:
     def _backend(self) -> NexarBackend:
         group = self._group()
         backend = group._get_backend(torch.device("cpu"))
+        # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every backend in a checking one.
+        backend = getattr(backend, "wrapped_pg", backend)
         if not isinstance(backend, NexarBackend):
             raise TypeError("nexar compressed comm hook: the process group's CPU backend is "
                             f"{backend.name() if hasattr(backend, 'name') else backend!r}, "
