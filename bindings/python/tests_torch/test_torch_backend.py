@@ -34,9 +34,10 @@ def test_ddp_and_fsdp_parameters_match_gloo_after_every_step(launch):
 
 def test_compressed_comm_hooks_train_and_torch_fp16_bf16_hooks_match_gloo(launch):
     # worker_hooks.py: TopK against a torch reference on gloo after every step,
-    # RandomK learning with equal parameters on both ranks, fp16/bf16 as on gloo
-    check(launch("hooks", 2), 300, "topk hook OK", "randomk hook OK", "fp16 hook OK",
-          "bf16 hook OK", "hooks OK")
+    # RandomK learning, bfloat16 gradients, every rank's parameters equal;
+    # torch's fp16/bf16 hooks as on gloo
+    check(launch("hooks", 2), 300, "topk hook OK", "randomk hook OK", "bfloat16 topk hook OK",
+          "fp16 hook OK", "bf16 hook OK", "hooks OK")
 
 
 def test_collective_mismatch_raises_on_every_rank_instead_of_hanging(launch):

@@ -128,6 +128,15 @@ def scenario_hooks() -> None:
     assert_learns("randomk", losses)
     print(f"randomk hook OK, loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
 
+    # bfloat16 gradients: compressed as they are (the residual in float32).
+    half = DDP(mlp().to(torch.bfloat16), process_group=nx, bucket_cap_mb=BUCKET_MB)
+    half.register_comm_hook(hooks.CompressionState(nx, ratio=0.1), hooks.topk_hook)
+    opt = torch.optim.SGD(half.parameters(), lr=0.05)
+    for x, y in data[:5]:
+        train_step(half, opt, x.to(torch.bfloat16), y.to(torch.bfloat16))
+    assert_same_on_every_rank("topk bfloat16", half, gl)
+    print("bfloat16 topk hook OK", flush=True)
+
     # torch's own compression hooks: as on gloo.
     for name, hook in (("fp16", default_hooks.fp16_compress_hook),
                        ("bf16", default_hooks.bf16_compress_hook)):
