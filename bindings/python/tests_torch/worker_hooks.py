@@ -123,8 +123,10 @@ def scenario_hooks() -> None:
     randomk = DDP(mlp(), process_group=nx, bucket_cap_mb=BUCKET_MB)
     randomk.register_comm_hook(hooks.CompressionState(nx, ratio=0.25, seed=7), hooks.randomk_hook)
     opt = torch.optim.SGD(randomk.parameters(), lr=0.05)
-    losses = [train_step(randomk, opt, x, y) for x, y in data]
-    assert_same_on_every_rank("randomk", randomk, gl)
+    losses = []
+    for step, (x, y) in enumerate(data):
+        losses.append(train_step(randomk, opt, x, y))
+        assert_same_on_every_rank(f"randomk step {step}", randomk, gl)
     assert_learns("randomk", losses)
     print(f"randomk hook OK, loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
 
