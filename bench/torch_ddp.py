@@ -2,10 +2,12 @@
 parameters (a ResNet-50-sized gradient), batch 32, and all_reduce of a 64 MiB
 float32 tensor through torch, both backends interleaved in one run.
 
-    python bench/torch_ddp.py --ranks 2 --steps 20
+    python bench/torch_ddp.py --ranks 2 --steps 20 [--topk 0.01]
 
 Needs the binding with its [torch] extra (scripts/test-torch.sh makes
-build/torch-venv). Prints one table: median times per backend and their ratio.
+build/torch-venv). Prints one table: median times per backend and their ratio; with --topk, a
+row for the DDP step on "nexar" with nexar.torch.hooks.topk_hook (that
+fraction of each bucket sent) against the plain step on "gloo".
 """
 from __future__ import annotations
 
@@ -40,8 +42,8 @@ def timed(fn, repeats: int) -> list:
     return out
 
 
-def worker(rank: int, size: int, store_path: str, steps: int, queue) -> None:
-    import nexar.torch  # noqa: F401 - registers "nexar"
+def worker(rank: int, size: int, store_path: str, steps: int, topk: float, queue) -> None:
+    import nexar.torch  # registers "nexar"; nexar.torch.hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
@@ -50,6 +52,11 @@ def worker(rank: int, size: int, store_path: str, steps: int, queue) -> None:
                             timeout=timedelta(seconds=300))
     groups = {"nexar": dist.new_group(backend="nexar"), "gloo": dist.new_group(backend="gloo")}
     models = {k: DDP(mlp(), process_group=g) for k, g in groups.items()}
+    if topk:
+        models["nexar topk"] = DDP(mlp(), process_group=groups["nexar"])
+        models["nexar topk"].register_comm_hook(
+            nexar.torch.hooks.CompressionState(groups["nexar"], ratio=topk),
+            nexar.torch.hooks.topk_hook)
     optims = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
     x, y = torch.randn(32, 1024), torch.randn(32, 1024)
     tensor = torch.ones(16 * 1024 * 1024)  # 64 MiB of float32
@@ -64,14 +71,16 @@ def worker(rank: int, size: int, store_path: str, steps: int, queue) -> None:
     def reduce(name):
         return lambda: dist.all_reduce(tensor, group=groups[name])
 
-    times = {("ddp step", k): [] for k in groups}
+    times = {("ddp step", k): [] for k in models}
     times.update({("all_reduce 64 MiB", k): [] for k in groups})
-    for k in groups:  # warm-up
+    for k in models:  # warm-up
         step(k)()
+    for k in groups:
         reduce(k)()
     for _ in range(steps):  # interleaved: both backends see the same machine load
-        for k in groups:
+        for k in models:
             times[("ddp step", k)] += timed(step(k), 1)
+        for k in groups:
             times[("all_reduce 64 MiB", k)] += timed(reduce(k), 1)
     if rank == 0:
         queue.put({key: statistics.median(v) for key, v in times.items()})
@@ -83,12 +92,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--topk", type=float, default=0.0,
+                    help="also time DDP on nexar with topk_hook sending this fraction")
     args = ap.parse_args()
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(worker, args=(args.ranks, os.path.join(tmp, "store"), args.steps,
-                                         queue), nprocs=args.ranks, start_method="spawn")
+                                         args.topk, queue), nprocs=args.ranks, start_method="spawn")
     medians = queue.get()
     params = sum(p.numel() for p in mlp().parameters())
     print(f"{args.ranks} ranks, {params / 1e6:.1f} M parameters, batch 32, "
@@ -97,6 +108,10 @@ def main() -> None:
     for what in ("ddp step", "all_reduce 64 MiB"):
         n, g = medians[(what, "nexar")] * 1e3, medians[(what, "gloo")] * 1e3
         print(f"{what:<20}{n:>12.1f}{g:>12.1f}{g / n:>14.2f}")
+    if args.topk:
+        n, g = medians[("ddp step", "nexar topk")] * 1e3, medians[("ddp step", "gloo")] * 1e3
+        print(f"{'ddp step, topk ' + format(args.topk, 'g'):<20}{n:>12.1f}{g:>12.1f}"
+              f"{g / n:>14.2f}")
     sys.stdout.flush()
 
 

@@ -32,6 +32,23 @@ def test_ddp_and_fsdp_parameters_match_gloo_after_every_step(launch):
     check(launch("ddp+fsdp", 2, {"DDP_STEPS": "60"}), 300, "ddp OK after 60 steps", "fsdp OK")
 
 
+def test_compressed_comm_hooks_train_and_torch_fp16_bf16_hooks_match_gloo(launch):
+    # worker_hooks.py: TopK against a torch reference on gloo after every step,
+    # RandomK learning, bfloat16 gradients, every rank's parameters equal;
+    # torch's fp16/bf16 hooks as on gloo
+    check(launch("hooks", 2), 300, "topk hook OK", "randomk hook OK", "bfloat16 topk hook OK",
+          "fp16 hook OK", "bf16 hook OK", "hooks OK")
+
+
+def test_collective_mismatch_raises_on_every_rank_instead_of_hanging(launch):
+    # every rank's DistBackendError names the mismatch, and the group then works
+    # on (worker.py asserts both)
+    ranks = launch("mismatch", 2)
+    check(ranks, 240, "mismatch OK")
+    for r in range(2):
+        assert ranks.output(r).count(": raised after") == 6, ranks.outputs()
+
+
 def test_killed_rank_is_named_within_the_heartbeat_timeout(launch):
     ranks = launch("killed", 2)
     codes = ranks.wait(60)

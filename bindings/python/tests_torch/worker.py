@@ -318,18 +318,6 @@ def scenario_ddp() -> None:
                                    models["gloo"].named_parameters()):
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7,
                                        msg=lambda m, pn=pn, step=step: f"step {step} {pn}: {m}")
-    # torch's fp16 compression hook chains on the Work's future.
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    hooked = {"nexar": DDP(mlp(), process_group=nx), "gloo": DDP(mlp(), process_group=gl)}
-    for name, m in hooked.items():
-        m.register_comm_hook(nx if name == "nexar" else gl, default_hooks.fp16_compress_hook)
-    x = torch.randn(16, 32, generator=g)
-    for m in hooked.values():
-        m(x).sum().backward()
-    for (pn, a), (_, b) in zip(hooked["nexar"].named_parameters(), hooked["gloo"].named_parameters()):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-4,
-                                   msg=lambda m, pn=pn: f"fp16 hook {pn}: {m}")
     print(f"ddp OK after {steps} steps", flush=True)
 
 
@@ -406,6 +394,47 @@ def scenario_killed() -> None:
     print("no error", flush=True)
     os._exit(3)
 
+
+def scenario_mismatch() -> None:
+    """Ranks that call different collectives, or the same one with different
+    sizes, each get a DistBackendError naming the mismatch instead of a hang;
+    the group works on afterwards."""
+    rank = dist.get_rank()
+    cases = [
+        ("all_reduce against broadcast",
+         lambda g, a: dist.all_reduce(torch.ones(4), group=g, async_op=a) if rank == 0
+         else dist.broadcast(torch.ones(4), src=0, group=g, async_op=a)),
+        ("all_reduce of 4 against 8 elements",
+         lambda g, a: dist.all_reduce(torch.ones(4 if rank == 0 else 8), group=g, async_op=a)),
+        ("all_gather_into_tensor against reduce_scatter_tensor",
+         lambda g, a: dist.all_gather_into_tensor(torch.empty(8), torch.ones(4), group=g,
+                                                  async_op=a) if rank == 0
+         else dist.reduce_scatter_tensor(torch.empty(4), torch.ones(8), group=g, async_op=a)),
+    ]
+    # Not detected, a call would fail only at this timeout, saying so.
+    g = dist.new_group(backend="nexar", timeout=timedelta(seconds=60))
+    for name, call in cases:
+        for async_op in (False, True):
+            start = time.monotonic()
+            try:
+                work = call(g, async_op)
+                if async_op:
+                    work.wait()
+            except dist.DistBackendError as e:
+                message = str(e)
+            else:
+                raise AssertionError(f"{name}: no error on rank {rank}")
+            assert "NEXAR_ERR_MISMATCH" in message and "different collective" in message, \
+                f"{name} on rank {rank}: {message}"
+            print(f"{name} (async_op={async_op}): raised after "
+                  f"{time.monotonic() - start:.2f} s: {message}", flush=True)
+            t = torch.full((3,), float(rank + 1))
+            dist.all_reduce(t, group=g)
+            assert t.tolist() == [3.0] * 3, f"after {name} on rank {rank}: {t}"
+    print("mismatch OK", flush=True)
+
+
+from worker_hooks import scenario_hooks  # noqa: E402,F401 - run by name from main()
 
 STORE = None
 

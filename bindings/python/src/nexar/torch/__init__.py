@@ -14,6 +14,7 @@ member joins it. ``timeout=`` bounds every nexar operation of the group.
 ``{"heartbeat_timeout": 2.0}``). Failures raise
 ``torch.distributed.DistBackendError`` with nexar's message, which names the
 rank. Needs torch >= 2.15 (Python subclasses of torch's Backend).
+``nexar.torch.hooks`` has DDP comm hooks on nexar's compressed allreduce.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import torch.distributed as dist
 
 from ._backend import BackendBase, NexarBackend
 
-__all__ = ["NexarBackend", "register", "init_process_group"]
+__all__ = ["NexarBackend", "register", "init_process_group", "hooks"]
 
 NAME = "nexar"
 
@@ -114,3 +115,5 @@ def _store_host(seed: str) -> str:
 
 
 register()
+
+from . import hooks  # noqa: E402 - nexar.torch.hooks.topk_hook after `import nexar.torch`

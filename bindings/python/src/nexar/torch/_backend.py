@@ -187,6 +187,21 @@ class NexarBackend(BackendBase):
                            lambda: self._comm.all_reduce(arr, red.for_dtype(dt), async_op=True),
                            finish, tensors)
 
+    def allreduce_compressed(self, tensor: torch.Tensor, compressor: "nexar.Compressor") -> Any:
+        """In place: the SUM over ranks of each rank's compressed tensor (see
+        nexar.Compressor); a Work like the collectives'. The comm hooks of
+        nexar.torch.hooks call it; torch itself does not."""
+        what = "all_reduce_compressed"
+        check_cpu(what, self._rank, [tensor])
+        if not tensor.is_contiguous():
+            raise ValueError(f"nexar {what} on rank {self._rank}: the tensor must be "
+                             "contiguous")
+        arr = as_array(tensor, reduce=True)
+        return self._issue(what,
+                           lambda: self._comm.all_reduce_compressed(arr, compressor,
+                                                                    async_op=True),
+                           lambda: None, [tensor])
+
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         check_cpu("broadcast", self._rank, tensors)
         root = _root(opts)
