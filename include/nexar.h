@@ -602,6 +602,14 @@ typedef struct nexar_stats {
   uint64_t shm_pairs;          /* peers reached through shared memory */
   uint64_t shm_bytes_sent;     /* payload bytes written into shared memory (not in bytes_sent) */
   uint64_t shm_bytes_received; /* payload bytes read from peers' shared memory */
+
+  /* Hostile or broken peers (docs/security.md); each also logs a warning */
+  uint64_t connections_refused; /* refused before carrying data: a certificate from another CA,
+                                   expired or not yet valid, for another cluster or rank; a wrong
+                                   ALPN or cipher; a hello that claims another rank */
+  uint64_t protocol_violations; /* connections closed because the peer broke the wire protocol:
+                                   a malformed or oversized frame, a finished or reset stream,
+                                   QUIC stream or flow-control limits exceeded */
 } nexar_stats_t;
 
 /**

@@ -134,6 +134,8 @@ fn rust_fields() -> Vec<(&'static str, usize, usize)> {
         field!(nexar_stats_t, shm_pairs),
         field!(nexar_stats_t, shm_bytes_sent),
         field!(nexar_stats_t, shm_bytes_received),
+        field!(nexar_stats_t, connections_refused),
+        field!(nexar_stats_t, protocol_violations),
     ]
 }
 

@@ -253,6 +253,8 @@ pub struct nexar_stats_t {
     pub shm_pairs: u64,
     pub shm_bytes_sent: u64,
     pub shm_bytes_received: u64,
+    pub connections_refused: u64,
+    pub protocol_violations: u64,
 }
 
 // ---- RPC ---------------------------------------------------------------------------------
