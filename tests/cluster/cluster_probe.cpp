@@ -62,7 +62,13 @@
 //       that its mesh failed with that status because of that rank (any
 //       numbers), prints "PROBE_REPORTED" and exits. Prints
 //         ATTACK <name> ACCEPTED | ATTACK <name> REFUSED <why>
-//       then creates F and stays in the world until killed.
+//       then creates F and stays in the world until killed. The attacks of
+//       hostile_peer.h (a comma-separated list, run one after the other)
+//       take the same place; expired and not-yet-valid need [--ca-dir D],
+//       the seed's.
+//
+//   nexar-cluster-probe slow-joiner --seed ADDR [--seconds S]
+//       See hostile_peer.h.
 #include <fcntl.h>
 #include <gnutls/crypto.h>
 #include <poll.h>
@@ -83,6 +89,7 @@
 #include "cluster/join.h"
 #include "cluster/mesh.h"
 #include "core/log.h"
+#include "hostile_peer.h"
 #include "transport/codec.h"
 #include "transport/quic_endpoint.h"
 
@@ -380,6 +387,19 @@ int impostor(int argc, char **argv) {
     const uint32_t claim = static_cast<uint32_t>(atoi(what.c_str() + 11));
     attack(what, t.peers[target_rank], target_rank, t.creds, ConnectionPolicy::mesh(), claim,
            t.cluster_id, t.world_size);
+  } else {
+    nexar_probe::AttackTarget target{
+        t.peers[target_rank],           target_rank, t.rank, t.cluster_id, t.world_size, t.creds,
+        arg(argc, argv, "--ca-dir", "")};
+    // Several attacks, one after the other, separated by commas.
+    std::string rest = what;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const std::string one = rest.substr(0, comma);
+      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      if (!nexar_probe::hostile_attack(one, target) && one != "none")
+        printf("PROBE_FAILED unknown attack %s\n", one.c_str());
+    }
   }
   if (!done_file.empty()) {
     int f = open(done_file.c_str(), O_CREAT | O_WRONLY, 0644);
@@ -702,8 +722,9 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "forged-worker")) return forged_worker(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "silent-workers")) return silent_workers(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "initial-flood")) return initial_flood(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "slow-joiner")) return nexar_probe::slow_joiner(argc, argv);
   fprintf(stderr,
           "usage: nexar-cluster-probe "
-          "fake-seed|impostor|forged-worker|silent-workers|initial-flood ...\n");
+          "fake-seed|impostor|forged-worker|silent-workers|initial-flood|slow-joiner ...\n");
   return 2;
 }

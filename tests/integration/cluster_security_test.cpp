@@ -354,6 +354,13 @@ TEST(ClusterSecurity, CertificateFromAnotherCaCannotJoinTheMesh) {
   EXPECT_TRUE(contains(probe, "PROBE_JOINED rank=1")) << probe;
   EXPECT_TRUE(contains(probe, "ATTACK other-ca REFUSED")) << probe << victim;
   EXPECT_FALSE(contains(probe, "ACCEPTED")) << probe;
+  // The victim says whom it refused and why.
+  EXPECT_TRUE(contains(victim, "refusing connection from 127.0.0.1:")) << victim;
+  // The fake CA has the real one's names: its signature is what fails.
+  EXPECT_TRUE(contains(victim,
+                       "The certificate is NOT trusted. The signature in the certificate is "
+                       "invalid."))
+      << victim;
 }
 
 // A peer presenting a valid certificate for rank 1 while claiming rank 2 is
