@@ -78,7 +78,9 @@ TEST(HostilePeer, BadHandshakesAreRefusedCountedAndLogged) {
     EXPECT_EQ(attack_line(o.probe, name).rfind(std::string("ATTACK ") + name + " REFUSED", 0), 0u)
         << all;
   }
-  EXPECT_EQ(number(o.victim_out, "connections_refused"), 4u) << all;
+  // At least once each: a client Initial retransmitted before the refusal
+  // reached the attacker is a second attempt, refused and counted again.
+  EXPECT_GE(number(o.victim_out, "connections_refused"), 4u) << all;
   EXPECT_EQ(number(o.victim_out, "protocol_violations"), 0u) << all;
   // The reasons, in the victim's log.
   EXPECT_TRUE(contains(o.victim_err, "refusing connection from 127.0.0.1:")) << all;
