@@ -19,7 +19,7 @@ namespace {
 constexpr uint64_t kUnexpectedBudget = 16ull << 20;  // client/mailbox.h
 constexpr uint64_t kConnWindow = 96ull << 20;        // ConnectionPolicy::mesh()
 constexpr size_t kMessage = 4u << 20;
-constexpr int kMessages = 64;  // 256 MiB: more than the bound lets in
+constexpr int kMessages = 32;  // 128 MiB: more than the bound below lets in
 
 nexar_stats_t stats_of(nexar_comm_t *c) {
   nexar_stats_t s{};
