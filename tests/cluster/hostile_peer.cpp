@@ -114,9 +114,9 @@ struct Link : ConnectionHandler {
   }
 };
 
-// Hello claiming the attacker's own rank, as an honest peer says it.
-void say_hello(QuicConnection *c, const AttackTarget &t) {
-  c->send_control(wire::Hello{1, t.cluster_id, t.own_rank, t.world_size, "hostile"});
+// Hello claiming `rank` (an honest peer claims the rank its certificate names).
+void say_hello(QuicConnection *c, const AttackTarget &t, uint32_t rank) {
+  c->send_control(wire::Hello{1, t.cluster_id, rank, t.world_size, "hostile"});
 }
 
 // ---- certificates outside their validity -------------------------------------------------
@@ -207,9 +207,12 @@ size_t write_raw(QuicEndpoint &ep, QuicConnection *c, int64_t sid, const uint8_t
 
 void handshake_attack(const std::string &name, const AttackTarget &t,
                       std::shared_ptr<TlsCredentials> creds, ConnectionPolicy policy,
-                      const std::function<void(QuicConnection *)> &before_hello = {}) {
+                      const std::function<void(QuicConnection *)> &before_hello = {},
+                      uint32_t claim = UINT32_MAX) {
   Link link;
-  link.on_up = [&](QuicConnection *c) { say_hello(c, t); };
+  link.on_up = [&](QuicConnection *c) {
+    say_hello(c, t, claim == UINT32_MAX ? t.own_rank : claim);
+  };
   Status s = link.dial(t, std::move(creds), policy, before_hello);
   if (!s) {
     printf("ATTACK %s ERROR %s\n", name.c_str(), s.message.c_str());
@@ -371,7 +374,26 @@ void many_connections(const AttackTarget &t, int count) {
 
 bool hostile_attack(const std::string &what, const AttackTarget &t) {
   const time_t now = time(nullptr);
-  if (what == "expired" || what == "not-yet-valid") {
+  if (what == "other-ca") {
+    // Same names (this cluster, this rank), another CA.
+    std::unique_ptr<ClusterCa> fake;
+    X509Key key;
+    X509Cert cert;
+    std::shared_ptr<TlsCredentials> creds;
+    Status s = ClusterCa::generate(t.cluster_id, &fake);
+    if (s) s = generate_key(&key);
+    if (s) s = fake->issue_node_cert(t.own_rank, key.get(), &cert);
+    if (s) s = TlsCredentials::create(fake->cert(), cert.get(), key.get(), &creds);
+    if (!s) {
+      printf("ATTACK %s ERROR %s\n", what.c_str(), s.message.c_str());
+      return true;
+    }
+    // The attacker does not check the victim: only the victim's check matters here.
+    handshake_attack(what, t, creds, ConnectionPolicy{false, "nexar/1"});
+  } else if (what.rfind("claim-rank:", 0) == 0) {
+    const auto claim = static_cast<uint32_t>(atoi(what.c_str() + 11));
+    handshake_attack(what, t, t.creds, ConnectionPolicy::mesh(), {}, claim);
+  } else if (what == "expired" || what == "not-yet-valid") {
     std::shared_ptr<TlsCredentials> creds;
     const bool expired = what == "expired";
     Status s = leaf_with_validity(t, expired ? now - 7200 : now + 3600,

@@ -3,6 +3,9 @@
 //
 // Against a rank's mesh listener, by a process that joined the world as a
 // member (so it holds a valid certificate for its own rank):
+//   other-ca                a certificate for its rank and cluster signed by
+//                           a CA of its own
+//   claim-rank:N            its valid certificate, a hello claiming rank N
 //   expired, not-yet-valid  a certificate for its rank signed by the
 //                           cluster's real CA (read from --ca-dir) whose
 //                           validity is over or has not begun

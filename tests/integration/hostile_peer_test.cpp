@@ -16,44 +16,6 @@ using namespace cluster_test;
 
 namespace {
 
-struct Outcome {
-  std::string probe, victim_out, victim_err;
-};
-
-// World of 3: real ranks 0 and 2, the probe as rank 1 running `attacks`
-// (comma-separated) against rank 0, then the exchange between 0 and 2.
-Outcome hostile_world(const std::string &attacks) {
-  Outcome o;
-  TempDir dir;
-  std::string addr;
-  const std::string ca = dir / "ca";
-  auto seed = start_seed(
-      dir, "seed", {"--world-size", "3", "--token-file", write_token(dir), "--ca-dir", ca}, &addr);
-  const std::string hold = dir / "attack-done";
-  Proc::Env env{{"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}};
-  env["NEXAR_RANK"] = "0";
-  auto w0 = worker(dir, "w0", env, {"--skip-rank", "1", "--hold-file", hold});
-  env["NEXAR_RANK"] = "2";
-  auto w2 = worker(dir, "w2", env, {"--skip-rank", "1", "--hold-file", hold});
-  Proc probe(dir, "probe",
-             {NEXAR_PROBE_BIN, "impostor", "--seed", addr, "--token", kToken, "--rank", "1",
-              "--target", "0", "--attack", attacks, "--done-file", hold, "--ca-dir", ca},
-             {});
-  for (Proc *w : {w0.get(), w2.get()}) {
-    EXPECT_TRUE(w->wait(90)) << w->dump() << probe.dump();
-    EXPECT_EQ(w->code(), 0) << w->dump() << probe.dump();
-    // The exchange after the attacks: the world is unharmed.
-    EXPECT_TRUE(
-        contains(w->out(), "P2P_OK rank=" + field(w->out(), "JOINED rank") + " peers=1 bytes=5000"))
-        << w->dump();
-  }
-  probe.kill_now();
-  o.probe = probe.out();
-  o.victim_out = w0->out();
-  o.victim_err = w0->err();
-  return o;
-}
-
 // The probe's line for one attack.
 std::string attack_line(const std::string &probe, const std::string &name) {
   const size_t at = probe.find("ATTACK " + name + " ");
@@ -71,7 +33,7 @@ unsigned long long number(const std::string &text, const std::string &key) {
 // a wrong ALPN and a cipher other than AES-GCM: each handshake is refused,
 // counted, and logged with what was wrong.
 TEST(HostilePeer, BadHandshakesAreRefusedCountedAndLogged) {
-  const Outcome o = hostile_world("expired,not-yet-valid,wrong-alpn,chacha20");
+  const AttackedWorld o = attacked_world("expired,not-yet-valid,wrong-alpn,chacha20");
   const std::string all = o.probe + o.victim_out + o.victim_err;
   for (const char *name : {"expired", "not-yet-valid", "wrong-alpn", "chacha20"}) {
     SCOPED_TRACE(name);
@@ -95,7 +57,7 @@ TEST(HostilePeer, BadHandshakesAreRefusedCountedAndLogged) {
 // A member that finishes its streams (each would be replaced by a new one,
 // without bound) or sends a length field past 4 GiB is cut off at once.
 TEST(HostilePeer, ProtocolBreakersAreCutOffCountedAndLogged) {
-  const Outcome o = hostile_world("finish-streams,length-over-limit");
+  const AttackedWorld o = attacked_world("finish-streams,length-over-limit");
   const std::string all = o.probe + o.victim_out + o.victim_err;
   const std::string streams = attack_line(o.probe, "finish-streams");
   EXPECT_EQ(streams.rfind("ATTACK finish-streams REFUSED", 0), 0u) << all;
@@ -115,7 +77,7 @@ TEST(HostilePeer, ProtocolBreakersAreCutOffCountedAndLogged) {
 // A member that opens 64 connections at once and never says hello on them
 // keeps at most a few open: the others are refused, counted and logged.
 TEST(HostilePeer, ConnectionsThatNeverSayHelloAreCapped) {
-  const Outcome o = hostile_world("connections");
+  const AttackedWorld o = attacked_world("connections");
   const std::string all = o.probe + o.victim_out + o.victim_err;
   const std::string line = attack_line(o.probe, "connections");
   EXPECT_EQ(line.rfind("ATTACK connections REFUSED", 0), 0u) << all;
@@ -130,7 +92,7 @@ TEST(HostilePeer, ConnectionsThatNeverSayHelloAreCapped) {
 // the victim buffers it up to its per-peer budget, then withholds credit, so
 // the sender gets no further than the budget plus the stream's window.
 TEST(HostilePeer, FourGibLengthIsHeldByFlowControl) {
-  const Outcome o = hostile_world("length-4g");
+  const AttackedWorld o = attacked_world("length-4g");
   const std::string all = o.probe + o.victim_out + o.victim_err;
   const std::string line = attack_line(o.probe, "length-4g");
   EXPECT_EQ(line.rfind("ATTACK length-4g CONTAINED", 0), 0u) << all;
