@@ -605,6 +605,14 @@ typedef struct nexar_stats {
   uint64_t shm_collectives;    /* collectives run on shared memory, reading the peers' segments */
   uint64_t shm_bytes_by_reference; /* payload bytes peers read straight from this rank's
                                       nexar_mem_alloc buffers (messages and collectives) */
+
+  /* Hostile or broken peers (docs/security.md); each also logs a warning */
+  uint64_t connections_refused; /* refused before carrying data: a certificate from another CA,
+                                   expired or not yet valid, for another cluster or rank; a wrong
+                                   ALPN or cipher; a hello that claims another rank */
+  uint64_t protocol_violations; /* connections closed because the peer broke the wire protocol:
+                                   a malformed or oversized frame, a finished or reset stream,
+                                   QUIC stream or flow-control limits exceeded */
 } nexar_stats_t;
 
 /**

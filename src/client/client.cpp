@@ -121,6 +121,8 @@ void Client::stats(nexar_stats_t *out) {
     out->bytes_opened_in_place = t.bytes_opened_in_place;
     out->bytes_sealed_in_place = t.bytes_sealed_in_place;
     shm_->add_stats(out);
+    out->connections_refused = t.connections_refused;
+    out->protocol_violations = t.protocol_violations;
   });
 }
 

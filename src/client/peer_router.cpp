@@ -49,8 +49,8 @@ void PeerRouter::on_relayed_control(uint32_t origin, std::span<const uint8_t> me
 void PeerRouter::on_control(QuicConnection *c, std::span<const uint8_t> message) {
   wire::DecodeResult r = wire::decode_control(message);
   if (!r) {
-    c->close(1, error(NEXAR_ERR_PROTOCOL, format("malformed control message from rank %u: %s",
-                                                 c->expected_peer_rank(), r.error.c_str())));
+    c->violation(error(NEXAR_ERR_PROTOCOL, format("malformed control message from rank %u: %s",
+                                                  c->expected_peer_rank(), r.error.c_str())));
     return;
   }
   const uint32_t from = c->expected_peer_rank();
@@ -107,13 +107,24 @@ bool PeerRouter::on_failure_control(uint32_t from, const wire::ControlMessage &m
 void PeerRouter::on_handshake_done(QuicConnection *c, const NodeIdentity &peer) {
   const Client::Identity &me = client_.identity();
   if (peer.rank >= me.world_size || peer.rank == me.rank) {
-    c->close(1, error(NEXAR_ERR_AUTH, format("certificate names rank %u, outside this world of %u",
-                                             peer.rank, me.world_size)));
+    c->refuse(error(NEXAR_ERR_AUTH, format("certificate names rank %u, outside this world of %u",
+                                           peer.rank, me.world_size)));
     return;
   }
   // The client speaks first; the server answers once the hello matches the
   // rank its certificate names.
-  if (client_.peer(peer.rank).connection() == c) {
+  if (client_.peer(peer.rank).connection() != c) {
+    size_t same_rank = 0;
+    for (QuicConnection *a : awaiting_hello_)
+      if (a->expected_peer_rank() == peer.rank) ++same_rank;
+    if (same_rank >= kMaxAwaitingHello) {
+      c->refuse(
+          error(NEXAR_ERR_AUTH, format("rank %u already has %zu connections waiting to say hello",
+                                       peer.rank, same_rank)));
+      return;
+    }
+    awaiting_hello_.insert(c);
+  } else {
     // The graph's digest first: a rank with another graph may refuse the
     // hello (not its neighbour), and the digest says why.
     send_topology(c);
@@ -124,6 +135,7 @@ void PeerRouter::on_handshake_done(QuicConnection *c, const NodeIdentity &peer) 
 }
 
 void PeerRouter::on_hello(QuicConnection *c, const wire::Hello &h) {
+  awaiting_hello_.erase(c);
   const Client::Identity &me = client_.identity();
   const uint32_t cert_rank = c->expected_peer_rank();
   Status s;
@@ -145,9 +157,7 @@ void PeerRouter::on_hello(QuicConnection *c, const wire::Hello &h) {
   else if (client_.peer(h.rank).connection() && client_.peer(h.rank).connection() != c)
     s = error(NEXAR_ERR_AUTH, format("a second connection claims rank %u", h.rank));
   if (!s) {
-    LOG_WARN("refusing mesh connection from %s: %s", c->remote().to_string().c_str(),
-             s.message.c_str());
-    c->close(1, s);
+    c->refuse(s);
     return;
   }
   client_.peer(h.rank).attach(c);
@@ -158,6 +168,7 @@ void PeerRouter::on_hello(QuicConnection *c, const wire::Hello &h) {
 }
 
 void PeerRouter::on_closed(QuicConnection *c, const Status &why) {
+  awaiting_hello_.erase(c);
   client_.connection_closed(c, why);
 }
 

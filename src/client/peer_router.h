@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_set>
 
 #include "transport/codec.h"
 #include "transport/quic_connection.h"
@@ -50,6 +51,11 @@ class PeerRouter : public ConnectionHandler {
   void on_topology(QuicConnection *c, const wire::TopologyDigest &d);
 
   Client &client_;
+  // Connections peers dialled that have not said their Hello yet: at most
+  // kMaxAwaitingHello per rank, or a member could hold any number of
+  // authenticated connections open (each with its windows and TLS state).
+  static constexpr size_t kMaxAwaitingHello = 4;
+  std::unordered_set<QuicConnection *> awaiting_hello_;
 };
 
 }  // namespace nexar

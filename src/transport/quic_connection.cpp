@@ -257,9 +257,7 @@ int QuicConnection::cb_handshake_completed(ngtcp2_conn *, void *ud) {
               format("peer at %s presented a certificate for rank %u, expected %u",
                      self->remote_.to_string().c_str(), peer.rank, self->expected_peer_rank_));
   if (!s) {
-    LOG_WARN("refusing connection from %s: %s", self->remote_.to_string().c_str(),
-             s.message.c_str());
-    self->fail(s);
+    self->refuse(s);
     return NGTCP2_ERR_CALLBACK_FAILURE;
   }
   if (!self->is_client_) self->expected_peer_rank_ = peer.rank;
@@ -269,14 +267,29 @@ int QuicConnection::cb_handshake_completed(ngtcp2_conn *, void *ud) {
   return 0;
 }
 
-int QuicConnection::cb_recv_stream_data(ngtcp2_conn *conn, uint32_t, int64_t sid, uint64_t offset,
-                                        const uint8_t *data, size_t len, void *ud, void *) {
+int QuicConnection::cb_recv_stream_data(ngtcp2_conn *conn, uint32_t flags, int64_t sid,
+                                        uint64_t offset, const uint8_t *data, size_t len, void *ud,
+                                        void *) {
   auto *self = static_cast<QuicConnection *>(ud);
   if (self->closed_) return 0;
+  if (flags & NGTCP2_STREAM_DATA_FLAG_FIN) {
+    // nexar's streams live as long as the connection. A peer that finishes
+    // them would have ngtcp2 grant it new ones, each another entry here,
+    // without bound.
+    self->violation(error(
+        NEXAR_ERR_PROTOCOL,
+        format("%s finished stream %lld", self->peer_name().c_str(), static_cast<long long>(sid))));
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
   Status failure;
   size_t credit =
       self->framer_.on_data(sid, offset, data, len, self->fast_.take_placement(sid), &failure);
-  if (!failure) self->fail(failure);
+  if (!failure) {
+    if (failure.code == NEXAR_ERR_PROTOCOL)
+      self->violation(failure);
+    else
+      self->fail(failure);
+  }
   if (self->closed_) return NGTCP2_ERR_CALLBACK_FAILURE;
   if (credit > 0) {
     ngtcp2_conn_extend_max_stream_offset(conn, sid, credit);
@@ -365,9 +378,9 @@ int QuicConnection::cb_stream_reset(ngtcp2_conn *, int64_t sid, uint64_t, uint64
                                     void *) {
   // nexar never resets its long-lived streams: a peer that does is broken.
   auto *self = static_cast<QuicConnection *>(ud);
-  self->fail(error(
+  self->violation(error(
       NEXAR_ERR_PROTOCOL,
-      format("rank %u reset stream %lld", self->expected_peer_rank_, static_cast<long long>(sid))));
+      format("%s reset stream %lld", self->peer_name().c_str(), static_cast<long long>(sid))));
   return NGTCP2_ERR_CALLBACK_FAILURE;
 }
 
@@ -491,18 +504,15 @@ bool QuicConnection::read_packet(const SocketAddress &from, const uint8_t *data,
                  format("dropped a connection attempt from %s: its first packet could not be read",
                         from.to_string().c_str())));
       return false;
-    case NGTCP2_ERR_CRYPTO: {
-      Status s = closed_ ? Status()
-                         : error(NEXAR_ERR_TLS, format("TLS handshake with %s failed (alert %u)",
-                                                       from.to_string().c_str(),
-                                                       ngtcp2_conn_get_tls_alert(conn_)));
-      if (!closed_) fail(s);
+    case NGTCP2_ERR_CRYPTO:
+      if (!closed_) refuse(tls_failure(from));
       return false;
-    }
     default:
+      // The peer's packets broke QUIC (a stream past its limit, data past
+      // the flow-control window, a malformed frame).
       if (!closed_)
-        fail(error(NEXAR_ERR_PROTOCOL, format("QUIC error from %s: %s", from.to_string().c_str(),
-                                              ngtcp2_strerror(rc))));
+        violation(error(NEXAR_ERR_PROTOCOL, format("QUIC error from %s: %s",
+                                                   from.to_string().c_str(), ngtcp2_strerror(rc))));
       return false;
   }
 }
@@ -660,6 +670,44 @@ void QuicConnection::fail(const Status &why) {
   if (closed_) return;
   if (close_cause_ == CloseCause::Open) close_cause_ = CloseCause::Error;
   close(1, why);
+}
+
+void QuicConnection::refuse(const Status &why) {
+  if (closed_) return;
+  ++ep_->stats().connections_refused;
+  LOG_WARN("refusing connection from %s: %s", remote_.to_string().c_str(), why.message.c_str());
+  fail(why);
+}
+
+void QuicConnection::violation(const Status &why) {
+  if (closed_) return;
+  ++ep_->stats().protocol_violations;
+  LOG_WARN("closing the connection with %s: %s", remote_.to_string().c_str(), why.message.c_str());
+  fail(why);
+}
+
+std::string QuicConnection::peer_name() const {
+  return expected_peer_rank_ == UINT32_MAX ? "the peer at " + remote_.to_string()
+                                           : format("rank %u", expected_peer_rank_);
+}
+
+Status QuicConnection::tls_failure(const SocketAddress &from) const {
+  const auto alert = static_cast<gnutls_alert_description_t>(ngtcp2_conn_get_tls_alert(conn_));
+  const char *alert_name = gnutls_alert_get_name(alert);
+  std::string why = format("TLS handshake with %s failed (alert %u: %s)", from.to_string().c_str(),
+                           static_cast<unsigned>(alert), alert_name ? alert_name : "unknown");
+  // Why this side did not trust the peer's certificate, when that was it
+  // (the status means nothing after other failures).
+  const bool certificate_alert = alert >= GNUTLS_A_BAD_CERTIFICATE && alert <= GNUTLS_A_UNKNOWN_CA;
+  const unsigned verify =
+      session_ && certificate_alert ? gnutls_session_get_verify_cert_status(session_) : 0;
+  gnutls_datum_t text{nullptr, 0};
+  if (verify != 0 &&
+      gnutls_certificate_verification_status_print(verify, GNUTLS_CRT_X509, &text, 0) >= 0) {
+    why += format(": %.*s", static_cast<int>(text.size), reinterpret_cast<char *>(text.data));
+    gnutls_free(text.data);
+  }
+  return error(NEXAR_ERR_TLS, why);
 }
 
 void QuicConnection::close(uint64_t app_error, const Status &why) {

@@ -101,6 +101,14 @@ class QuicConnection {
 
   // Sends CONNECTION_CLOSE (once) and fails everything queued.
   void close(uint64_t app_error, const Status &why);
+  // close() for a peer that may not become a member (bad certificate, ALPN,
+  // cipher, rank claim): logged at warn with its address and counted in the
+  // endpoint's connections_refused.
+  void refuse(const Status &why);
+  // close() for a peer that broke the wire protocol (malformed or oversized
+  // frame, a closed or reset stream): logged at warn with its address and
+  // counted in the endpoint's protocol_violations.
+  void violation(const Status &why);
   bool closed() const { return closed_; }
   // How a closed connection ended, for those who word or grade the loss.
   enum class CloseCause {
@@ -152,6 +160,11 @@ class QuicConnection {
   void fill_settings(ngtcp2_settings *s, ngtcp2_transport_params *p, uint64_t ts);
   void open_streams();
   void fail(const Status &why);
+  // "rank R", or "the peer at ADDR" before the handshake names a rank.
+  std::string peer_name() const;
+  // Why the TLS handshake failed: the alert, and the certificate check's
+  // verdict when it failed there.
+  Status tls_failure(const SocketAddress &from) const;
   // Ends the connection without a word to the peer (NGTCP2_ERR_DROP_CONN).
   void drop(const Status &why);
   // What close() and drop() share: fails everything queued, tells the handler.

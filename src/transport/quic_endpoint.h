@@ -36,6 +36,10 @@ struct TransportStats {
   // Address validation: Retry packets sent, and client Initials dropped
   // because too many handshakes were in progress (both in the log lines).
   uint64_t retries_sent = 0, initials_dropped = 0;
+  // Hostile or broken peers (QuicConnection::refuse and ::violation, each
+  // with a warn line): connections refused before they carried data, and
+  // connections closed because the peer broke the wire protocol.
+  uint64_t connections_refused = 0, protocol_violations = 0;
 };
 
 // Address validation (RFC 9000 section 8.1). A server connection costs a TLS

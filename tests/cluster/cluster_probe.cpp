@@ -50,19 +50,20 @@
 //       report).
 //
 //   nexar-cluster-probe impostor --seed ADDR --token T --rank R --target T2
-//                       --attack other-ca|claim-rank:N|none|die-after-welcome|
-//                                report-failure:STATUS:RANK
-//                       [--done-file F]
-//       Joins the cluster honestly as rank R and forms its mesh, then attacks
-//       rank T2's mesh listener: "other-ca" presents a certificate for rank R
-//       of the same cluster signed by a CA of its own; "claim-rank:N" presents
-//       its valid certificate for rank R but says it is rank N;
-//       "die-after-welcome" exits abruptly once it has its rank;
-//       "report-failure:STATUS:RANK" tells the seed, once it has its rank,
-//       that its mesh failed with that status because of that rank (any
-//       numbers), prints "PROBE_REPORTED" and exits. Prints
-//         ATTACK <name> ACCEPTED | ATTACK <name> REFUSED <why>
-//       then creates F and stays in the world until killed.
+//                       --attack ATTACKS|none|die-after-welcome|report-failure:STATUS:RANK
+//                       [--done-file F] [--ca-dir D]
+//       Joins the cluster honestly as rank R and forms its mesh, then runs
+//       ATTACKS (hostile_peer.h: other-ca, claim-rank:N, expired, ...; a
+//       comma-separated list, one after the other) against rank T2's mesh
+//       listener, each printing its "ATTACK <name> ..." line, then creates F
+//       and stays in the world until killed. expired and not-yet-valid need
+//       the seed's --ca-dir. "die-after-welcome" exits abruptly once it has
+//       its rank; "report-failure:STATUS:RANK" tells the seed, once it has its
+//       rank, that its mesh failed with that status because of that rank (any
+//       numbers), prints "PROBE_REPORTED" and exits.
+//
+//   nexar-cluster-probe slow-joiner --seed ADDR [--seconds S]
+//       See hostile_peer.h.
 #include <fcntl.h>
 #include <gnutls/crypto.h>
 #include <poll.h>
@@ -83,6 +84,7 @@
 #include "cluster/join.h"
 #include "cluster/mesh.h"
 #include "core/log.h"
+#include "hostile_peer.h"
 #include "transport/codec.h"
 #include "transport/quic_endpoint.h"
 
@@ -214,78 +216,6 @@ int fake_seed(int argc, char **argv) {
 
 // ---- impostor ------------------------------------------------------------------------
 
-// One attacking mesh connection: says hello as `claim` and reports whether the
-// victim answered.
-struct Attacker : ConnectionHandler {
-  QuicEndpoint *ep = nullptr;
-  uint32_t claim = 0, world = 0;
-  uint64_t cluster = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool acked = false, closed = false;
-  std::string why;
-  void on_handshake_done(QuicConnection *c, const NodeIdentity &) override {
-    send_control(c, wire::Hello{1, cluster, claim, world, "impostor"});
-  }
-  void on_control(QuicConnection *, std::span<const uint8_t> m) override {
-    wire::DecodeResult r = wire::decode_control(m);
-    if (r && std::holds_alternative<wire::HelloAck>(*r.message)) {
-      std::lock_guard<std::mutex> g(mu);
-      acked = true;
-      cv.notify_all();
-    }
-  }
-  MessageSink *on_message(QuicConnection *c, int64_t, const wire::FrameHeader &) override {
-    c->close(1, error(NEXAR_ERR_PROTOCOL, "data"));
-    return nullptr;
-  }
-  void on_closed(QuicConnection *c, const Status &w) override {
-    {
-      std::lock_guard<std::mutex> g(mu);
-      closed = true;
-      why = w.message;
-      cv.notify_all();
-    }
-    ep->retire(c);
-  }
-};
-
-void attack(const std::string &name, const SocketAddress &target, uint32_t target_rank,
-            std::shared_ptr<TlsCredentials> creds, ConnectionPolicy policy, uint32_t claim,
-            uint64_t cluster, uint32_t world) {
-  EventLoop loop(-1);
-  Attacker a;
-  a.claim = claim;
-  a.cluster = cluster;
-  a.world = world;
-  QuicEndpoint ep(&loop, &a, cluster, std::move(creds), 5000, 5000, 1000, policy);
-  a.ep = &ep;
-  SocketAddress local;
-  SocketAddress::parse(target.family() == AF_INET ? "0.0.0.0:0" : "[::]:0", &local);
-  Status s = ep.open(local);
-  loop.start();
-  if (s)
-    loop.run_sync([&] {
-      QuicConnection *c = nullptr;
-      s = ep.connect(target, target_rank, &c);
-    });
-  if (!s) {
-    printf("ATTACK %s ERROR %s\n", name.c_str(), s.message.c_str());
-  } else {
-    std::unique_lock<std::mutex> g(a.mu);
-    a.cv.wait_for(g, std::chrono::seconds(10), [&] { return a.acked || a.closed; });
-    if (a.acked)
-      printf("ATTACK %s ACCEPTED\n", name.c_str());
-    else if (a.closed)
-      printf("ATTACK %s REFUSED %s\n", name.c_str(), a.why.c_str());
-    else
-      printf("ATTACK %s REFUSED no answer within 10 s\n", name.c_str());
-  }
-  fflush(stdout);
-  loop.run_sync([&] { ep.shutdown(error(NEXAR_ERR_CLOSED, "attack over")); });
-  loop.stop();
-}
-
 int impostor(int argc, char **argv) {
   Config cfg;
   cfg.seed_address = arg(argc, argv, "--seed");
@@ -359,27 +289,16 @@ int impostor(int argc, char **argv) {
   printf("PROBE_JOINED rank=%u size=%u ca=%s\n", t.rank, t.world_size, t.ca_fingerprint.c_str());
   fflush(stdout);
 
-  if (what == "other-ca") {
-    // Same names (this cluster, this rank), another CA.
-    std::unique_ptr<ClusterCa> fake;
-    X509Key k2;
-    X509Cert c2;
-    std::shared_ptr<TlsCredentials> creds;
-    s = ClusterCa::generate(t.cluster_id, &fake);
-    if (s) s = generate_key(&k2);
-    if (s) s = fake->issue_node_cert(t.rank, k2.get(), &c2);
-    if (s) s = TlsCredentials::create(fake->cert(), c2.get(), k2.get(), &creds);
-    if (!s) {
-      printf("PROBE_FAILED %s\n", s.message.c_str());
-      return 3;
-    }
-    // The impostor does not check the victim: only the victim's check matters here.
-    attack(what, t.peers[target_rank], target_rank, creds, ConnectionPolicy{false, "nexar/1"},
-           t.rank, t.cluster_id, t.world_size);
-  } else if (what.rfind("claim-rank:", 0) == 0) {
-    const uint32_t claim = static_cast<uint32_t>(atoi(what.c_str() + 11));
-    attack(what, t.peers[target_rank], target_rank, t.creds, ConnectionPolicy::mesh(), claim,
-           t.cluster_id, t.world_size);
+  // The attacks (hostile_peer.h), one after the other, separated by commas.
+  const nexar_probe::AttackTarget target{
+      t.peers[target_rank],           target_rank, t.rank, t.cluster_id, t.world_size, t.creds,
+      arg(argc, argv, "--ca-dir", "")};
+  for (std::string rest = what; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string one = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    if (one != "none" && !nexar_probe::hostile_attack(one, target))
+      printf("PROBE_FAILED unknown attack %s\n", one.c_str());
   }
   if (!done_file.empty()) {
     int f = open(done_file.c_str(), O_CREAT | O_WRONLY, 0644);
@@ -702,8 +621,9 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "forged-worker")) return forged_worker(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "silent-workers")) return silent_workers(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "initial-flood")) return initial_flood(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "slow-joiner")) return nexar_probe::slow_joiner(argc, argv);
   fprintf(stderr,
           "usage: nexar-cluster-probe "
-          "fake-seed|impostor|forged-worker|silent-workers|initial-flood ...\n");
+          "fake-seed|impostor|forged-worker|silent-workers|initial-flood|slow-joiner ...\n");
   return 2;
 }

@@ -17,7 +17,8 @@
  *
  * --skip-rank R: rank R is not a worker like this one (a probe): no traffic to
  * it and no collectives. --hold-file F: after the first exchange, wait (at
- * most 60 s) until F exists, then exchange again. --allreduce-loop S: after
+ * most 60 s) until F exists, then exchange again and print "STATS rank=R
+ * connections_refused=N protocol_violations=N unexpected_bytes=N". --allreduce-loop S: after
  * joining, only allreduces of 256 KiB in a loop for at most S seconds
  * ("LOOPING rank=R" after the first), reporting how the loop ended:
  *
@@ -271,6 +272,17 @@ int main(int argc, char **argv) {
       nexar_comm_destroy(comm);
       return 4;
     }
+    /* What the hostile peers of the security tests cost this rank. */
+    nexar_stats_t stats;
+    memset(&stats, 0, sizeof stats);
+    stats.struct_size = sizeof stats;
+    if (nexar_comm_get_stats(comm, &stats) == NEXAR_OK)
+      printf(
+          "STATS rank=%u connections_refused=%llu protocol_violations=%llu "
+          "unexpected_bytes=%llu\n",
+          me, (unsigned long long)stats.connections_refused,
+          (unsigned long long)stats.protocol_violations,
+          (unsigned long long)stats.unexpected_bytes);
   }
   /* Nobody leaves before everyone is done with the traffic above. */
   if (skip < 0 && (s = nexar_barrier(comm, NULL, NULL)) != NEXAR_OK) {

@@ -98,4 +98,43 @@ inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// World of 3: real ranks 0 and 2, the probe (nexar-cluster-probe impostor)
+// as rank 1 running `attacks` (comma-separated, tests/cluster/hostile_peer.h)
+// against rank 0; then ranks 0 and 2 must still exchange exactly. The seed
+// keeps its CA in a directory the probe reads (expired, not-yet-valid).
+struct AttackedWorld {
+  std::string probe, victim_out, victim_err;
+};
+inline AttackedWorld attacked_world(const std::string &attacks) {
+  AttackedWorld o;
+  TempDir dir;
+  std::string addr;
+  const std::string ca = dir / "ca";
+  auto seed = start_seed(
+      dir, "seed", {"--world-size", "3", "--token-file", write_token(dir), "--ca-dir", ca}, &addr);
+  const std::string hold = dir / "attack-done";
+  Proc::Env env{{"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}};
+  env["NEXAR_RANK"] = "0";
+  auto w0 = worker(dir, "w0", env, {"--skip-rank", "1", "--hold-file", hold});
+  env["NEXAR_RANK"] = "2";
+  auto w2 = worker(dir, "w2", env, {"--skip-rank", "1", "--hold-file", hold});
+  Proc probe(dir, "probe",
+             {NEXAR_PROBE_BIN, "impostor", "--seed", addr, "--token", kToken, "--rank", "1",
+              "--target", "0", "--attack", attacks, "--done-file", hold, "--ca-dir", ca},
+             {});
+  for (Proc *w : {w0.get(), w2.get()}) {
+    EXPECT_TRUE(w->wait(90)) << w->dump() << probe.dump();
+    EXPECT_EQ(w->code(), 0) << w->dump() << probe.dump();
+    // The exchange after the attacks: the world is unharmed.
+    EXPECT_TRUE(
+        contains(w->out(), "P2P_OK rank=" + field(w->out(), "JOINED rank") + " peers=1 bytes=5000"))
+        << w->dump();
+  }
+  probe.kill_now();
+  o.probe = probe.out();
+  o.victim_out = w0->out();
+  o.victim_err = w0->err();
+  return o;
+}
+
 }  // namespace cluster_test

@@ -116,6 +116,10 @@ int main(void) {
   FIELD(nexar_stats_t, shm_pairs);
   FIELD(nexar_stats_t, shm_bytes_sent);
   FIELD(nexar_stats_t, shm_bytes_received);
+  FIELD(nexar_stats_t, shm_collectives);
+  FIELD(nexar_stats_t, shm_bytes_by_reference);
+  FIELD(nexar_stats_t, connections_refused);
+  FIELD(nexar_stats_t, protocol_violations);
   printf("];\n");
 
   printf("/// (name, value) of every constant, as C sees them.\n");

@@ -255,6 +255,8 @@ pub struct nexar_stats_t {
     pub shm_bytes_received: u64,
     pub shm_collectives: u64,
     pub shm_bytes_by_reference: u64,
+    pub connections_refused: u64,
+    pub protocol_violations: u64,
 }
 
 // ---- RPC ---------------------------------------------------------------------------------
