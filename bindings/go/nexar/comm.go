@@ -226,6 +226,8 @@ type Stats struct {
 	SHMBytesReceived    uint64 // payload bytes read from peers' shared memory
 	SHMCollectives      uint64 // collectives run on shared memory, reading the peers' segments
 	SHMBytesByReference uint64 // payload bytes peers read straight from MemAlloc buffers
+	ConnectionsRefused  uint64 // peers refused at the handshake (docs/security.md)
+	ProtocolViolations  uint64 // connections closed because the peer broke the protocol
 }
 
 // FlightRecorderDump writes this communicator's recent operations as JSON to
@@ -274,6 +276,8 @@ func (c *Comm) Stats() (Stats, error) {
 		SHMBytesReceived:    uint64(s.shm_bytes_received),
 		SHMCollectives:      uint64(s.shm_collectives),
 		SHMBytesByReference: uint64(s.shm_bytes_by_reference),
+		ConnectionsRefused:  uint64(s.connections_refused),
+		ProtocolViolations:  uint64(s.protocol_violations),
 	}, nil
 }
 

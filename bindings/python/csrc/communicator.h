@@ -196,6 +196,8 @@ class Communicator {
     d["shm_bytes_received"] = s.shm_bytes_received;
     d["shm_collectives"] = s.shm_collectives;
     d["shm_bytes_by_reference"] = s.shm_bytes_by_reference;
+    d["connections_refused"] = s.connections_refused;
+    d["protocol_violations"] = s.protocol_violations;
     return d;
   }
 

@@ -52,6 +52,10 @@ pub struct Stats {
     pub shm_collectives: u64,
     /// Payload bytes peers read straight from this rank's `mem_alloc` buffers.
     pub shm_bytes_by_reference: u64,
+    /// Peers refused at the handshake (docs/security.md).
+    pub connections_refused: u64,
+    /// Connections closed because the peer broke the wire protocol.
+    pub protocol_violations: u64,
 }
 
 impl From<sys::nexar_stats_t> for Stats {
@@ -80,6 +84,8 @@ impl From<sys::nexar_stats_t> for Stats {
             shm_bytes_received: s.shm_bytes_received,
             shm_collectives: s.shm_collectives,
             shm_bytes_by_reference: s.shm_bytes_by_reference,
+            connections_refused: s.connections_refused,
+            protocol_violations: s.protocol_violations,
         }
     }
 }
