@@ -1,6 +1,10 @@
 #include "collective/shm_collectives.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "client/flight_recorder.h"
@@ -9,6 +13,7 @@
 #include "client/shm_wait.h"
 #include "collective/collectives.h"
 #include "collective/schedule.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/reduce.h"
 #include "engine/spawn.h"
@@ -29,6 +34,9 @@ constexpr uint64_t kWholeVectorMaxBytes = 16 << 10;
 // is instead of being copied into the slot.
 constexpr uint64_t kByReferenceMinBytes = 64 << 10;
 
+// How long a wait polls the peers' counters before it sleeps.
+constexpr uint64_t kSpinBeforeSleepNs = 50'000;
+
 struct SetupMessage {
   uint32_t magic;
   uint32_t ok;
@@ -48,7 +56,19 @@ int32_t late_member(const ShmCollArea &a, Counter c, uint64_t value, int32_t onl
 // Waits until every member's (or only's) counter c reaches value.
 Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, const char *doing,
                       int32_t only = -1) {
-  const int32_t late = late_member(a, k, value, only);
+  int32_t late = late_member(a, k, value, only);
+  if (late < 0) co_return Status();
+  // A peer running on a core of its own publishes within microseconds: poll
+  // a little before paying for a sleep and a wake-up. With more members than
+  // cores the poll would take the core a peer needs: only NEXAR_SPIN_US's.
+  static const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t spin_ns = std::max<uint64_t>(a.size() <= cores ? kSpinBeforeSleepNs : 0,
+                                              uint64_t{c.config().spin_us} * 1000);
+  const uint64_t spin_until = now_ns() + spin_ns;
+  while (late >= 0 && now_ns() < spin_until) {
+    sched_yield();
+    late = late_member(a, k, value, only);
+  }
   if (late < 0) co_return Status();
   // Whom it waits on, for the flight recorder and stall reports.
   Communicator::ShmColl &sc = c.comm()->shm_coll();
