@@ -302,69 +302,62 @@ Task<Status> allreduce_sliced(Coll &c, ShmCollArea &a) {
   co_return Status();
 }
 
-}  // namespace
-
-Task<Status> shm_allreduce(Coll &c, bool *ran) {
-  *ran = false;
-  Turn turn(c.comm()->shm_coll());
-  ShmCollArea *a = nullptr;
-  Status s = co_await turn.take(c, &a);
-  if (!s || !a) {
-    *ran = !s.ok();
-    co_return s;
-  }
-  *ran = true;
-  c.note_algorithm("shm");
-  a->host().count_collective();
+Task<Status> allreduce_body(Coll &c, ShmCollArea &a) {
   if (uint64_t{c.args().count} * c.esize() <= kWholeVectorMaxBytes)
-    co_return co_await allreduce_whole(c, *a);
-  co_return co_await allreduce_sliced(c, *a);
+    co_return co_await allreduce_whole(c, a);
+  co_return co_await allreduce_sliced(c, a);
 }
 
-Task<Status> shm_broadcast(Coll &c, bool *ran) {
-  *ran = false;
-  Turn turn(c.comm()->shm_coll());
-  ShmCollArea *a = nullptr;
-  Status s = co_await turn.take(c, &a);
-  if (!s || !a) {
-    *ran = !s.ok();
-    co_return s;
-  }
-  *ran = true;
-  c.note_algorithm("shm");
-  a->host().count_collective();
+Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
   const CollArgs &g = c.args();
   const uint64_t bytes = uint64_t{g.count} * c.esize();
   const uint64_t chunks = (bytes + ShmCollArea::kSlotBytes - 1) / ShmCollArea::kSlotBytes;
-  const uint64_t t0 = a->take_tickets(chunks);
+  const uint64_t t0 = a.take_tickets(chunks);
   auto *buf = static_cast<uint8_t *>(g.recvbuf);
   const uint32_t root = g.root;
+  Status s;
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t t = t0 + k, off = k * ShmCollArea::kSlotBytes;
     const uint64_t len = std::min<uint64_t>(ShmCollArea::kSlotBytes, bytes - off);
     if (c.rank() == root) {
-      if (!(s = co_await publish(c, *a, t, buf + off, len, true))) co_return s;
+      if (!(s = co_await publish(c, a, t, buf + off, len, true))) co_return s;
     } else {
-      s = co_await wait_for(c, *a, ShmCollArea::kPublished, t + 1, "publish its data",
+      s = co_await wait_for(c, a, ShmCollArea::kPublished, t + 1, "publish its data",
                             static_cast<int32_t>(root));
       if (!s) co_return s;
       const uint8_t *data = nullptr;
-      if (!(s = published_data(c, *a, root, t, len, &data))) co_return s;
+      if (!(s = published_data(c, a, root, t, len, &data))) co_return s;
       memcpy(buf + off, data, len);
     }
-    finish_ticket(*a, t);
+    finish_ticket(a, t);
   }
-  // The root's buffer may have been read where it is: it is the caller's
-  // again once everyone has read it.
-  uint64_t unused = 0;
-  if (c.rank() == root && bytes >= kByReferenceMinBytes && a->in_own_heap(buf, bytes, &unused))
-    co_return co_await wait_for(c, *a, ShmCollArea::kFinished, t0 + chunks, "receive the data");
+  // The root ends once everyone has read: its buffer may have been read
+  // where it is, and a member that ran another collective is heard of (it
+  // never finishes these steps) instead of the root reporting success.
+  if (c.rank() == root)
+    co_return co_await wait_for(c, a, ShmCollArea::kFinished, t0 + chunks, "receive the data");
   co_return Status();
 }
 
-Task<Status> shm_barrier(Coll &c, bool *ran) {
+Task<Status> barrier_body(Coll &c, ShmCollArea &a) {
+  const uint64_t t = a.take_tickets(1);
+  Status s = co_await publish(c, a, t, nullptr, 0, false);
+  if (!s) co_return s;
+  s = co_await wait_for(c, a, ShmCollArea::kPublished, t + 1, "enter the barrier");
+  if (!s) co_return s;
+  const uint8_t *none = nullptr;
+  for (uint32_t r = 0; r < c.size(); ++r)
+    if (r != c.rank() && !(s = published_data(c, a, r, t, 0, &none))) co_return s;
+  finish_ticket(a, t);
+  co_return Status();
+}
+
+// Runs body on the communicator's area if its collectives run on shared
+// memory (*ran), else leaves it to the message algorithms.
+Task<Status> on_shared_memory(Coll &c, bool *ran, Task<Status> (*body)(Coll &, ShmCollArea &)) {
   *ran = false;
-  Turn turn(c.comm()->shm_coll());
+  Communicator::ShmColl &sc = c.comm()->shm_coll();
+  Turn turn(sc);
   ShmCollArea *a = nullptr;
   Status s = co_await turn.take(c, &a);
   if (!s || !a) {
@@ -374,15 +367,29 @@ Task<Status> shm_barrier(Coll &c, bool *ran) {
   *ran = true;
   c.note_algorithm("shm");
   a->host().count_collective();
-  const uint64_t t = a->take_tickets(1);
-  if (!(s = co_await publish(c, *a, t, nullptr, 0, false))) co_return s;
-  s = co_await wait_for(c, *a, ShmCollArea::kPublished, t + 1, "enter the barrier");
-  if (!s) co_return s;
-  const uint8_t *none = nullptr;
-  for (uint32_t r = 0; r < c.size(); ++r)
-    if (r != c.rank() && !(s = published_data(c, *a, r, t, 0, &none))) co_return s;
-  finish_ticket(*a, t);
-  co_return Status();
+  s = co_await body(c, *a);
+  // Every member fails a mismatched collective (each hears of it), maybe
+  // at different steps: they all decide afresh at the next one, with new
+  // areas and steps.
+  if (s.code == NEXAR_ERR_MISMATCH || c.op()->status().code == NEXAR_ERR_MISMATCH) {
+    sc.state = Communicator::ShmColl::State::Unknown;
+    sc.area.reset();
+  }
+  co_return s;
+}
+
+}  // namespace
+
+Task<Status> shm_allreduce(Coll &c, bool *ran) {
+  return on_shared_memory(c, ran, allreduce_body);
+}
+
+Task<Status> shm_broadcast(Coll &c, bool *ran) {
+  return on_shared_memory(c, ran, broadcast_body);
+}
+
+Task<Status> shm_barrier(Coll &c, bool *ran) {
+  return on_shared_memory(c, ran, barrier_body);
 }
 
 }  // namespace nexar

@@ -365,3 +365,46 @@ TEST(SameHost, CollectivesReadThePeersSegmentsWithTheMessagePathsBits) {
       }
   }
 }
+
+// Ranks that call different collectives on shared memory all fail with
+// NEXAR_ERR_MISMATCH (the broadcast's root too, though it only publishes),
+// and the communicator works on: its members decide afresh, with new areas.
+TEST(SameHost, MismatchedCollectivesOnSharedMemoryFailEveryRankAndTheNextOneWorks) {
+  nexar_comm_options_t o = options(NEXAR_SHM_AUTO);
+  o.collective_timeout_ms = 20000;
+  World w(3, &o);
+  ASSERT_TRUE(w.ok());
+  std::vector<std::vector<float>> buf(3, std::vector<float>(600000, 1.0f));
+  auto all = [&](const std::function<nexar_status_t(uint32_t)> &call, nexar_status_t want) {
+    on_each_rank(3, [&](uint32_t r) {
+      EXPECT_EQ(call(r), want) << "rank " << r << ": " << nexar_last_error_message();
+      if (want == NEXAR_ERR_MISMATCH)
+        EXPECT_NE(std::string(nexar_last_error_message()).find("different collective"),
+                  std::string::npos)
+            << nexar_last_error_message();
+    });
+  };
+  auto allreduce = [&](uint32_t r, size_t count) {
+    return nexar_allreduce(w[r], buf[r].data(), buf[r].data(), count, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
+                           nullptr, nullptr);
+  };
+  // Decided on shared memory by a first, matching allreduce.
+  all([&](uint32_t r) { return allreduce(r, 10); }, NEXAR_OK);
+  // Counts that give different numbers of chunks.
+  all([&](uint32_t r) { return allreduce(r, r == 0 ? 300000 : 600000); }, NEXAR_ERR_MISMATCH);
+  // A root that broadcasts while the others enter a barrier.
+  all(
+      [&](uint32_t r) {
+        return r == 0 ? nexar_broadcast(w[r], buf[r].data(), 1000, NEXAR_DTYPE_F32, 0, nullptr,
+                                        nullptr)
+                      : nexar_barrier(w[r], nullptr, nullptr);
+      },
+      NEXAR_ERR_MISMATCH);
+  for (auto &b : buf)
+    std::fill(b.begin(), b.end(), 1.0f);
+  const uint64_t before = stats(w[0]).shm_collectives;
+  all([&](uint32_t r) { return allreduce(r, 600000); }, NEXAR_OK);
+  for (uint32_t r = 0; r < 3; ++r)
+    ASSERT_EQ(buf[r], std::vector<float>(600000, 3.0f)) << "rank " << r;
+  EXPECT_EQ(stats(w[0]).shm_collectives, before + 1) << "back on shared memory";
+}
