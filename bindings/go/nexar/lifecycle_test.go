@@ -299,10 +299,10 @@ func TestSameHostSharedMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if mode == "auto" && (s.SHMPairs != 2 || s.SHMBytesSent < 100003*4/3) {
+		if mode == "auto" && (s.SHMPairs != 2 || s.SHMCollectives != 1 || s.BytesSent >= 100003*4) {
 			t.Fatalf("shm=auto: %+v", s)
 		}
-		if mode == "off" && (s.SHMPairs != 0 || s.SHMBytesSent != 0) {
+		if mode == "off" && (s.SHMPairs != 0 || s.SHMBytesSent != 0 || s.SHMCollectives != 0) {
 			t.Fatalf("shm=off: %+v", s)
 		}
 		sums[mode] = out[1]
