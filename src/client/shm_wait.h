@@ -18,8 +18,11 @@ class ShmHost;
 
 class ShmCondition : public Wait {
  public:
+  // The timeout's message is "<what>: <waiting_for>"; both must outlive the
+  // wait (a collective's name, a literal): nothing is formatted unless it
+  // times out.
   ShmCondition(ShmHost &host, OpContext *op, uint64_t deadline_ns, int32_t peer_rank,
-               std::function<bool()> ready, std::string what);
+               std::function<bool()> ready, const char *what, const char *waiting_for);
   ~ShmCondition() override;
 
   bool await_ready() const { return ready_(); }
@@ -30,12 +33,13 @@ class ShmCondition : public Wait {
 
  protected:
   void detach() override;
-  std::string timeout_message() const override { return what_; }
+  std::string timeout_message() const override;
 
  private:
   ShmHost &host_;
   std::function<bool()> ready_;
-  std::string what_;
+  const char *what_;
+  const char *waiting_for_;
   bool registered_ = false;
 };
 

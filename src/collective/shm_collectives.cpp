@@ -77,8 +77,8 @@ Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, 
   fr::waiting(c.op()->trace(), late, 0);
   Status s = co_await ShmCondition(
       a.host(), c.op(), c.deadline_ns(), only,
-      [&a, k, value, only] { return late_member(a, k, value, only) < 0; },
-      format("%s: waiting for shared memory", c.what()));
+      [&a, k, value, only] { return late_member(a, k, value, only) < 0; }, c.what(),
+      "waiting for shared memory");
   sc.waiting_seq = 0;
   if (s.code == NEXAR_ERR_TIMEOUT) {
     const int32_t r = late_member(a, k, value, only);
@@ -209,8 +209,8 @@ class Turn {
     if (sc_.serving != mine_) {
       Status s = co_await ShmCondition(
           c.comm()->client().shm(), c.op(), c.deadline_ns(), -1,
-          [this] { return sc_.serving == mine_; },
-          format("%s: waiting for the collective before it (shared memory)", c.what()));
+          [this] { return sc_.serving == mine_; }, c.what(),
+          "waiting for the collective before it (shared memory)");
       if (!s) co_return s;
     }
     held_ = true;
