@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "loopback_udp.h"
 #include "seed_and_workers.h"
 
 using namespace cluster_test;
@@ -77,16 +78,7 @@ TEST(ClusterProcesses, SixWorkersOnARing) {
 
 TEST(ClusterProcesses, WorkerRetriesUntilTheSeedIsUp) {
   TempDir dir;
-  // Reserve a port number for the seed.
-  int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
-  getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
-  const std::string addr = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-  close(fd);
+  const std::string addr = "127.0.0.1:" + std::to_string(nexar_test::free_port());
   std::vector<std::unique_ptr<Proc>> workers;
   workers.push_back(worker(dir, "w0", {{"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}}));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));

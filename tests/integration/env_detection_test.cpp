@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "loopback_udp.h"
 #include "seed_and_workers.h"
 
 using namespace cluster_test;
@@ -18,15 +19,7 @@ using namespace cluster_test;
 namespace {
 
 std::string free_udp_port() {
-  int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a);
-  getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
-  close(fd);
-  return std::to_string(ntohs(a.sin_port));
+  return std::to_string(nexar_test::free_port());
 }
 
 // n workers with --env and per-rank variables; rank 0 hosts the seed.

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <ctime>
+#include <random>
 #include <string>
 
 namespace nexar_test {
@@ -31,8 +33,21 @@ inline int bound_udp_socket(uint16_t port, uint16_t *bound) {
   return fd;
 }
 
-// A loopback port nobody is bound to right now.
+// A loopback port nobody is bound to right now, for a process started later.
+// It is drawn below the kernel's ephemeral range (32768 and up by default):
+// a port from there, freed and bound again later, can be taken in between
+// by any socket another test binds to port 0.
 inline uint16_t free_port() {
+  static thread_local std::minstd_rand draw(static_cast<unsigned>(getpid()) * 7919u +
+                                            static_cast<unsigned>(time(nullptr)));
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const auto port = static_cast<uint16_t>(20000 + draw() % 12000);
+    uint16_t bound = 0;
+    const int fd = bound_udp_socket(port, &bound);
+    if (fd < 0) continue;
+    close(fd);
+    return port;
+  }
   uint16_t port = 0;
   const int fd = bound_udp_socket(0, &port);
   close(fd);
