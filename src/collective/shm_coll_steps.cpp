@@ -1,0 +1,253 @@
+#include "collective/shm_coll_steps.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "client/flight_recorder.h"
+#include "client/shm_host.h"
+#include "client/shm_wait.h"
+#include "collective/schedule.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "engine/spawn.h"
+
+namespace nexar::shm_coll {
+namespace {
+
+using Counter = ShmCollArea::Counter;
+using State = Communicator::ShmColl::State;
+
+// The step of the setup exchange: apart from every algorithm's steps (and
+// from Coll's done step, 2^24 - 1).
+constexpr uint32_t kSetupStep = (1u << 24) - 2;
+constexpr uint32_t kSetupMagic = 0x4c4f4353;  // "SCOL"
+
+// How long a wait polls the peers' counters before it sleeps.
+constexpr uint64_t kSpinBeforeSleepNs = 50'000;
+
+struct SetupMessage {
+  uint32_t magic;
+  uint32_t ok;
+  uint64_t offset;
+};
+
+// The members that are late: the first whose counter c is below value (-1:
+// none). only >= 0 looks at that member alone.
+int32_t late_member(const ShmCollArea &a, Counter c, uint64_t value, int32_t only = -1) {
+  for (uint32_t r = 0; r < a.size(); ++r) {
+    if (r == a.rank() || (only >= 0 && r != static_cast<uint32_t>(only))) continue;
+    if (shm_load(a.counter(r, c)) < value) return static_cast<int32_t>(r);
+  }
+  return -1;
+}
+
+}  // namespace
+
+Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, const char *doing,
+                      int32_t only) {
+  int32_t late = late_member(a, k, value, only);
+  if (late < 0) co_return Status();
+  // A peer running on a core of its own publishes within microseconds: poll
+  // a little before paying for a sleep and a wake-up. With more members than
+  // cores the poll would take the core a peer needs: only NEXAR_SPIN_US's.
+  static const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t spin_ns = std::max<uint64_t>(a.size() <= cores ? kSpinBeforeSleepNs : 0,
+                                              uint64_t{c.config().spin_us} * 1000);
+  const uint64_t spin_until = now_ns() + spin_ns;
+  while (late >= 0 && now_ns() < spin_until) {
+    sched_yield();
+    late = late_member(a, k, value, only);
+  }
+  if (late < 0) co_return Status();
+  // Whom it waits on, for the flight recorder and stall reports.
+  Communicator::ShmColl &sc = c.comm()->shm_coll();
+  sc.waiting_seq = c.seq();
+  sc.waiting_on = late;
+  fr::waiting(c.op()->trace(), late, 0);
+  Status s = co_await ShmCondition(
+      a.host(), c.op(), c.deadline_ns(), only,
+      [&a, k, value, only] { return late_member(a, k, value, only) < 0; }, c.what(),
+      "waiting for shared memory");
+  sc.waiting_seq = 0;
+  if (s.code == NEXAR_ERR_TIMEOUT) {
+    const int32_t r = late_member(a, k, value, only);
+    s = error(NEXAR_ERR_TIMEOUT,
+              format("%s: rank %d did not %s within the collective timeout (shared memory)",
+                     c.what(), r, doing),
+              r);
+  }
+  co_return s;
+}
+
+Task<Status> claim_slot(Coll &c, ShmCollArea &a, uint64_t t) {
+  if (t < ShmCollArea::kSlots) co_return Status();
+  co_return co_await wait_for(c, a, ShmCollArea::kFinished, t + 1 - ShmCollArea::kSlots,
+                              "finish an earlier step");
+}
+
+void announce(Coll &c, ShmCollArea &a, uint64_t t, uint64_t offset, uint64_t bytes) {
+  ShmCollArea::SlotHeader *h = a.own_header(t);
+  h->ticket = t;
+  h->check = c.check();
+  h->data_offset = offset;
+  h->bytes = bytes;
+  shm_store(a.own(ShmCollArea::kPublished), t + 1);
+  a.ring_all();
+}
+
+Task<Status> publish(Coll &c, ShmCollArea &a, uint64_t t, const void *src, uint64_t bytes,
+                     bool by_reference) {
+  Status s = co_await claim_slot(c, a, t);
+  if (!s) co_return s;
+  uint64_t offset = 0;
+  if (by_reference && bytes >= kByReferenceMinBytes && a.in_own_heap(src, bytes, &offset)) {
+    a.host().count_by_reference(bytes);
+  } else {
+    if (bytes) memcpy(a.own_slot(t), src, bytes);
+    offset = a.own_slot_offset(t);
+  }
+  announce(c, a, t, offset, bytes);
+  co_return Status();
+}
+
+Status published_data(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t t, uint64_t bytes,
+                      const uint8_t **data) {
+  const ShmCollArea::SlotHeader *h = a.header(r, t);
+  // Read once: the peer's memory may change under a check.
+  const uint64_t ticket = h->ticket, check = h->check, offset = h->data_offset, n = h->bytes;
+  if (ticket != t)
+    return error(
+        NEXAR_ERR_PROTOCOL,
+        format("%s: rank %u's shared memory holds step %llu where %llu was published", c.what(), r,
+               static_cast<unsigned long long>(ticket), static_cast<unsigned long long>(t)),
+        static_cast<int32_t>(r));
+  if (check != c.check() || n != bytes)
+    return error(NEXAR_ERR_MISMATCH,
+                 format("%s: rank %u issued a different collective (operation, dtype, count or "
+                        "root differ)",
+                        c.what(), r),
+                 static_cast<int32_t>(r));
+  if (offset > a.heap_bytes(r) || a.heap_bytes(r) - offset < n)
+    return error(NEXAR_ERR_PROTOCOL,
+                 format("%s: rank %u published data outside its shared memory", c.what(), r),
+                 static_cast<int32_t>(r));
+  *data = a.heap(r) + offset;
+  return {};
+}
+
+void finish_ticket(ShmCollArea &a, uint64_t t) {
+  shm_store(a.own(ShmCollArea::kFinished), t + 1);
+  a.ring_all();
+}
+
+namespace {
+
+// The communicator's area if its collectives run on shared memory: decided
+// at the first one (state Unknown) by an exchange between the members that
+// have a channel, so every member decides alike.
+Task<Status> decide(Coll &c, Communicator::ShmColl &sc) {
+  Communicator &comm = *c.comm();
+  ShmHost &host = comm.client().shm();
+  const uint32_t n = c.size(), me = c.rank();
+  std::vector<uint8_t> linked(n, 0);
+  bool all = true;
+  for (uint32_t r = 0; r < n; ++r)
+    if (r != me) all &= (linked[r] = host.channel(comm.world_rank_of(r)) != nullptr);
+  std::unique_ptr<ShmCollArea> area = all ? ShmCollArea::create(host, me, n) : nullptr;
+  SetupMessage mine{kSetupMagic, area ? 1u : 0u, area ? area->offset() : 0};
+  std::vector<SetupMessage> theirs(n);
+  std::vector<Task<Status>> moves;
+  for (uint32_t r = 0; r < n; ++r) {
+    if (!linked[r]) continue;
+    moves.push_back(c.send(r, kSetupStep, &mine, sizeof mine));
+    moves.push_back(c.recv(r, kSetupStep, &theirs[r], sizeof theirs[r]));
+  }
+  if (!moves.empty()) {
+    Status s = co_await when_all(c.op(), std::move(moves));
+    // Undecided still: the members that failed it (a mismatch, say) all
+    // try again at the next one.
+    if (!s) co_return s;
+  }
+  bool on = area != nullptr;
+  for (uint32_t r = 0; on && r < n; ++r)
+    on = r == me || (theirs[r].magic == kSetupMagic && theirs[r].ok == 1 &&
+                     area->attach(r, comm.world_rank_of(r), theirs[r].offset));
+  sc.state = on ? State::On : State::Off;
+  if (on) sc.area = std::move(area);
+  LOG_DEBUG("communicator %llx rank %u: collectives %s shared memory",
+            static_cast<unsigned long long>(comm.comm_id()), me, on ? "on" : "not on");
+  co_return Status();
+}
+
+// Holds the communicator's shared-memory collectives to one at a time, in
+// issue order; *area is null when this one does not run there.
+class Turn {
+ public:
+  explicit Turn(Communicator::ShmColl &sc) : sc_(sc), mine_(sc.next_turn++) {}
+  ~Turn() {
+    if (held_) {
+      ++sc_.serving;
+    } else {
+      sc_.abandoned.insert(mine_);  // failed while waiting: skipped
+    }
+    while (sc_.abandoned.erase(sc_.serving))
+      ++sc_.serving;
+  }
+  Turn(const Turn &) = delete;
+  Turn &operator=(const Turn &) = delete;
+
+  Task<Status> take(Coll &c, ShmCollArea **area) {
+    *area = nullptr;
+    if (sc_.serving != mine_) {
+      Status s = co_await ShmCondition(
+          c.comm()->client().shm(), c.op(), c.deadline_ns(), -1,
+          [this] { return sc_.serving == mine_; }, c.what(),
+          "waiting for the collective before it (shared memory)");
+      if (!s) co_return s;
+    }
+    held_ = true;
+    if (sc_.state == State::Unknown) {
+      Status s = co_await decide(c, sc_);
+      if (!s) co_return s;
+    }
+    if (sc_.state == State::On) *area = sc_.area.get();
+    co_return Status();
+  }
+
+ private:
+  Communicator::ShmColl &sc_;
+  uint64_t mine_;
+  bool held_ = false;
+};
+
+}  // namespace
+
+Task<Status> on_shared_memory(Coll &c, bool *ran, ShmBody body) {
+  *ran = false;
+  Communicator::ShmColl &sc = c.comm()->shm_coll();
+  Turn turn(sc);
+  ShmCollArea *a = nullptr;
+  Status s = co_await turn.take(c, &a);
+  if (!s || !a) {
+    *ran = !s.ok();
+    co_return s;
+  }
+  *ran = true;
+  c.note_algorithm("shm");
+  a->host().count_collective();
+  s = co_await body(c, *a);
+  // Every member fails a mismatched collective (each hears of it), maybe
+  // at different steps: they all decide afresh at the next one, with new
+  // areas and steps.
+  if (s.code == NEXAR_ERR_MISMATCH || c.op()->status().code == NEXAR_ERR_MISMATCH) {
+    sc.state = Communicator::ShmColl::State::Unknown;
+    sc.area.reset();
+  }
+  co_return s;
+}
+
+}  // namespace nexar::shm_coll
