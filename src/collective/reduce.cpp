@@ -21,6 +21,7 @@
 #include "collective/mesh_shape.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
+#include "collective/shm_collectives.h"
 
 namespace nexar {
 namespace {
@@ -41,6 +42,9 @@ Task<Status> reduce(Coll &c) {
     co_return Status();
   }
   if (a.count == 0) co_return Status();
+  bool ran = false;
+  Status s = co_await shm_reduce(c, &ran);
+  if (ran) co_return s;
   // On a hypercube the tree runs over r XOR root: every edge a cube link.
   const TreeRanks tree{root, n, mesh_shape(c) == MeshShape::Cube};
   const uint32_t v = tree.to_v(me);

@@ -22,6 +22,7 @@
 #include "collective/collectives.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
+#include "collective/shm_collectives.h"
 
 namespace nexar {
 namespace {
@@ -92,6 +93,9 @@ Task<Status> reduce_scatter(Coll &c) {
     co_return Status();
   }
   if (a.count == 0) co_return Status();
+  bool ran = false;
+  Status s = co_await shm_reduce_scatter(c, &ran);
+  if (ran) co_return s;
   const uint32_t segs = ring_segments(c, n - 1, a.count, true);
   PooledBuf scratch = c.pool().checkout(ReduceScatterRing::scratch_bytes(c, segs));
   ReduceScatterRing plan(c, segs, scratch.data());

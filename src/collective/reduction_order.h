@@ -9,6 +9,13 @@
 //   (recursive doubling and halving-doubling).
 // * Ring: element of ring block b (ChunkLayout over the vector): x_b+1, then
 //   op x_b+2, ..., op x_b, indices mod n (the ring's reduce-scatter).
+// * Binomial: reduce's tree rooted at `rank`: virtual rank v (r - root mod
+//   n, or r XOR root on a hypercube) combines x_v op (its child v+1's
+//   result) op (child v+2's) op (child v+4's) ..., children below v's lowest
+//   set bit.
+// * Prefix, ExclusivePrefix: scan's and exscan's recursive doubling, the
+//   prefix of rank `rank`: in round k (d = 2^k) a rank r >= d combines what
+//   r - d held before the round op what it holds.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +27,7 @@
 
 namespace nexar {
 
-enum class ReductionOrder { LeftToRight, Tree, Ring };
+enum class ReductionOrder { LeftToRight, Tree, Ring, Binomial, Prefix, ExclusivePrefix };
 
 struct ReductionInputs {
   std::vector<const uint8_t *> x;  // per rank, the element at `first`
@@ -28,6 +35,8 @@ struct ReductionInputs {
   size_t esize = 0;
   nexar_dtype_t dtype = NEXAR_DTYPE_F32;
   nexar_op_t op = NEXAR_OP_SUM;
+  uint32_t rank = 0;  // Binomial's root; the rank whose prefix Prefix orders reduce
+  bool cube = false;  // Binomial's tree over r XOR root
 };
 
 // out[0, len) = the reduction of elements [first, first + len) in order o.

@@ -30,6 +30,7 @@
 #include <cstring>
 
 #include "collective/collectives.h"
+#include "collective/shm_collectives.h"
 #include "core/reduce.h"
 
 namespace nexar {
@@ -39,6 +40,11 @@ Task<Status> scan(Coll &c) {
   const uint32_t n = c.size(), me = c.rank();
   const uint64_t bytes = static_cast<uint64_t>(a.count) * c.esize();
   if (bytes == 0) co_return Status();
+  bool ran = false;
+  if (n > 1) {
+    Status s = co_await shm_scan(c, &ran);
+    if (ran) co_return s;
+  }
   uint8_t *acc = static_cast<uint8_t *>(a.recvbuf);
   if (a.sendbuf != a.recvbuf) memcpy(acc, a.sendbuf, bytes);
   PooledBuf tmp;
@@ -63,6 +69,9 @@ Task<Status> exscan(Coll &c) {
   const uint32_t n = c.size(), me = c.rank();
   const uint64_t bytes = static_cast<uint64_t>(a.count) * c.esize();
   if (bytes == 0 || n == 1) co_return Status();
+  bool ran = false;
+  Status s = co_await shm_exscan(c, &ran);
+  if (ran) co_return s;
   uint8_t *result = static_cast<uint8_t *>(a.recvbuf);  // NULL allowed on rank 0
   const uint8_t *partial = static_cast<const uint8_t *>(a.sendbuf);
   PooledBuf tmp, own;

@@ -11,6 +11,14 @@
 //   published while the slices of this one are reduced. Small vectors skip
 //   the slices: every member reduces the whole vector in rank order (one
 //   publish instead of three).
+// * Reduce: allreduce's scheme, but only the root copies the slices out
+//   (small vectors: only the root reduces); the others end once it has read.
+// * Reduce-scatter: a ticket carries a piece of every block; member r
+//   reduces the pieces of block r out of every slot into its recvbuf.
+// * Scan, exscan: every member publishes its vector chunk by chunk and
+//   reduces the prefix it needs out of the slots.
+// Every reduction follows its message algorithm's order of operations
+// (reduction_order.h): the bits never depend on the path.
 // * Broadcast: the root publishes each chunk, the others copy it out.
 // * Barrier: every member publishes a ticket and waits for the others'.
 //
@@ -28,5 +36,9 @@ namespace nexar {
 Task<Status> shm_allreduce(Coll &c, bool *ran);
 Task<Status> shm_broadcast(Coll &c, bool *ran);
 Task<Status> shm_barrier(Coll &c, bool *ran);
+Task<Status> shm_reduce(Coll &c, bool *ran);
+Task<Status> shm_reduce_scatter(Coll &c, bool *ran);
+Task<Status> shm_scan(Coll &c, bool *ran);
+Task<Status> shm_exscan(Coll &c, bool *ran);
 
 }  // namespace nexar
