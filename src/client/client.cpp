@@ -236,6 +236,9 @@ void Client::connection_closed(QuicConnection *c, const Status &why) {
     if (s.failed_rank < 0) s.failed_rank = static_cast<int32_t>(r);
     const bool was_ready = p.detach();
     if (shut_down_) continue;
+    // Declared failed here: its same-host channel says so too, or a frozen
+    // peer would read the goodbye of this rank's exit as this rank leaving.
+    if (c->closed_as_failed_here()) shm_->cut_off(r, s);
     // Silence on every side after this process was frozen, or a peer that
     // says so: the peers declared it failed, not the other way round. First,
     // so that its pending operations fail as excluded, not as a lost peer.
@@ -273,6 +276,14 @@ void Client::fail_formation(const Status &s) {
 
 void Client::shm_peer_lost(uint32_t world_rank, const Status &why, bool left) {
   if (shut_down_ || liveness_.failure(world_rank)) return;
+  if (why.code == NEXAR_ERR_EXCLUDED) {
+    // As over QUIC: first, so that pending operations fail as excluded.
+    exclude_self(format("rank %u: %s", id_.rank, why.message.c_str()));
+    fail_peer(world_rank,
+              error(NEXAR_ERR_PEER_FAILED, format("rank %u cut rank %u off", world_rank, id_.rank),
+                    static_cast<int32_t>(world_rank)));
+    return;
+  }
   if (left)
     LOG_INFO("rank %u left: %s", world_rank, why.message.c_str());
   else

@@ -483,6 +483,10 @@ void ShmHost::leave_all(const Status &s) {
     c->leave(s);
 }
 
+void ShmHost::cut_off(uint32_t peer, const Status &why) {
+  if (ShmChannel *c = channel(peer)) c->leave(why, true);
+}
+
 void ShmHost::add_stats(nexar_stats_t *out) const {
   out->shm_pairs = 0;
   out->shm_bytes_sent = 0;

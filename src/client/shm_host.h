@@ -71,6 +71,9 @@ class ShmHost : private ShmChannelHandler {
   bool has_queued() const;
   // An orderly end of every channel (the peers read a goodbye).
   void leave_all(const Status &s);
+  // Ends the channel to peer, which this rank declared failed: a peer that
+  // was only frozen reads on waking that it is out, not that a rank left.
+  void cut_off(uint32_t peer, const Status &why);
   void add_stats(nexar_stats_t *out) const;
   // nexar_mem_alloc's buffers: this segment's heap while the path is on.
   SymmetricMemory &symmetric() { return symmetric_; }

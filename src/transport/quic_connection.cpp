@@ -713,6 +713,7 @@ Status QuicConnection::tls_failure(const SocketAddress &from) const {
 void QuicConnection::close(uint64_t app_error, const Status &why) {
   if (closed_) return;
   closed_ = true;
+  close_code_ = app_error;
   if (close_cause_ == CloseCause::Open) close_cause_ = CloseCause::Local;
   if (conn_ && !ngtcp2_conn_is_in_closing_period(conn_) &&
       !ngtcp2_conn_is_in_draining_period(conn_)) {

@@ -122,6 +122,11 @@ class QuicConnection {
   // Whether the peer closed the connection with kDeclaredFailedCloseCode:
   // it (or the ranks it heard from) declared this process failed.
   bool closed_as_failed_by_peer() const { return peer_close_code_ == kDeclaredFailedCloseCode; }
+  // Whether this side closed it with kDeclaredFailedCloseCode: it declared
+  // the peer failed (or heard that the others did).
+  bool closed_as_failed_here() const {
+    return close_cause_ != CloseCause::PeerClosed && close_code_ == kDeclaredFailedCloseCode;
+  }
   // The idle timeout in force: the smaller of the two sides' (QUIC takes the
   // minimum of both transport parameters).
   uint64_t idle_timeout_ns() const;
@@ -221,6 +226,7 @@ class QuicConnection {
   CloseCause close_cause_ = CloseCause::Open;
   uint64_t last_rx_ns_ = 0;       // when the last packet was read
   uint64_t peer_close_code_ = 0;  // the application error code of the peer's close
+  uint64_t close_code_ = 0;       // the application error code of this side's close
   bool write_queued_ = false;
   bool streams_open_ = false;
   bool identity_checked_ = false;

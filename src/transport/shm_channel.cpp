@@ -13,6 +13,7 @@ namespace nexar {
 namespace {
 constexpr uint8_t kDoorbell = 'D';
 constexpr uint8_t kGoodbye = 'G';
+constexpr uint8_t kCutOff = 'X';  // the sender declared this rank failed
 }  // namespace
 
 ShmChannel::ShmChannel(ShmChannelHandler &handler, uint32_t peer_rank, UniqueFd sock,
@@ -388,6 +389,15 @@ void ShmChannel::on_socket_ready() {
                true);
           return;
         }
+        if (n == 1 && b[0] == kCutOff) {
+          fail(error(NEXAR_ERR_EXCLUDED,
+                     format("rank %u cut its same-host channel off: the other ranks declared "
+                            "this rank failed",
+                            peer_rank_),
+                     static_cast<int32_t>(peer_rank_)),
+               true);
+          return;
+        }
         break;  // a doorbell: the loop's pass looks at the rings
       case ShmRecv::HungUp: {
         uint64_t budget = UINT64_MAX;
@@ -418,9 +428,10 @@ void ShmChannel::fail_refs(const Status &s) {
   }
 }
 
-void ShmChannel::leave(const Status &s) {
+void ShmChannel::leave(const Status &s, bool cut_off) {
   if (closed_) return;
-  const ssize_t n = ::send(sock_.get(), &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  const ssize_t n =
+      ::send(sock_.get(), cut_off ? &kCutOff : &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   (void)n;  // a peer that is gone does not need the goodbye
   closed_ = true;
   while (!queue_.empty())

@@ -44,7 +44,8 @@ class ShmChannelHandler {
   // Where the payload of a frame from the peer goes (null: it is dropped).
   virtual MessageSink *on_shm_frame(ShmChannel *ch, const wire::FrameHeader &h) = 0;
   // The channel is finished: the peer left (left == true), died, or broke
-  // the protocol. Nothing is read or written after this.
+  // the protocol; or it cut this rank off (why.code NEXAR_ERR_EXCLUDED):
+  // it declared this rank failed. Nothing is read or written after this.
   virtual void on_shm_closed(ShmChannel *ch, const Status &why, bool left) = 0;
 };
 
@@ -105,9 +106,9 @@ class ShmChannel {
   bool has_work() const;
   // The socket is readable: drains doorbells, notices a goodbye or hang-up.
   void on_socket_ready();
-  // An orderly end: tells the peer it leaves, closes the socket. Queued
-  // messages fail with s.
-  void leave(const Status &s);
+  // An orderly end: tells the peer it leaves (or, with cut_off, that this
+  // rank declared it failed), closes the socket. Queued messages fail with s.
+  void leave(const Status &s, bool cut_off = false);
   // Fails the channel with s (protocol error, death): queued sends and the
   // message being read fail; the handler hears once.
   void fail(const Status &s, bool left);
