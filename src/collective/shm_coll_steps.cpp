@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "client/flight_recorder.h"
@@ -51,12 +50,11 @@ Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, 
                       int32_t only) {
   int32_t late = late_member(a, k, value, only);
   if (late < 0) co_return Status();
-  // A peer running on a core of its own publishes within microseconds: poll
-  // a little before paying for a sleep and a wake-up. With more members than
-  // cores the poll would take the core a peer needs: only NEXAR_SPIN_US's.
-  static const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const uint64_t spin_ns = std::max<uint64_t>(a.size() <= cores ? kSpinBeforeSleepNs : 0,
-                                              uint64_t{c.config().spin_us} * 1000);
+  // A peer publishes within microseconds once it runs: poll a little before
+  // paying for a sleep and a wake-up. Each poll yields the core, so with
+  // more members than cores the peers that still have to publish get it.
+  const uint64_t spin_ns =
+      std::max<uint64_t>(kSpinBeforeSleepNs, uint64_t{c.config().spin_us} * 1000);
   const uint64_t spin_until = now_ns() + spin_ns;
   while (late >= 0 && now_ns() < spin_until) {
     sched_yield();
