@@ -191,44 +191,59 @@ TEST(SameHost, StrangerWithoutTheSessionGetsNoSegment) {
   EXPECT_EQ(stats(w[0]).shm_pairs, 1u);
 }
 
-// kill -9 of one of 4 local ranks while they allreduce: the hang-up of the
+// kill -9 of one of n local ranks while they allreduce: the hang-up of the
 // same-host channels tells the survivors at once; every survivor's loop fails
 // with PEER_FAILED naming it long before any timeout could have told it (the
 // heartbeat timeout is 60 s here); no hang, no crash.
-TEST(SameHost, KilledLocalRankIsNamedAtOnce) {
+namespace {
+
+void kill_one_of_local_ranks(int n, int victim) {
   using namespace cluster_test;
   TempDir dir;
   std::string addr;
-  auto seed =
-      start_seed(dir, "seed", {"--world-size", "4", "--token-file", write_token(dir)}, &addr);
+  auto seed = start_seed(
+      dir, "seed", {"--world-size", std::to_string(n), "--token-file", write_token(dir)}, &addr);
   Proc::Env env{{"NEXAR_SEED", addr},
                 {"NEXAR_CLUSTER_TOKEN", kToken},
                 {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "60"},
                 {"NEXAR_COLLECTIVE_TIMEOUT_SECS", "120"}};
   std::vector<std::unique_ptr<Proc>> ws;
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < n; ++r) {
     env["NEXAR_RANK"] = std::to_string(r);
     ws.push_back(worker(dir, "w" + std::to_string(r), env, {"--allreduce-loop", "90"}));
   }
   for (auto &p : ws)
     ASSERT_TRUE(p->wait_output("LOOPING", 60)) << p->dump();
   for (auto &p : ws)
-    EXPECT_TRUE(contains(p->out(), "shm_pairs=3")) << p->dump();
+    EXPECT_TRUE(contains(p->out(), "shm_pairs=" + std::to_string(n - 1))) << p->dump();
   const auto killed = std::chrono::steady_clock::now();
-  ws[2]->kill_now();
-  for (int r : {0, 1, 3}) {
+  ws[victim]->kill_now();
+  const std::string named = "status=-5 failed_rank=" + std::to_string(victim);
+  const std::string hung_up =
+      "rank " + std::to_string(victim) + " died: its same-host channel hung up";
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
     ASSERT_TRUE(ws[r]->wait_output("LOOP_FAILED", 30)) << ws[r]->dump();
     const double took = seconds_since(killed);
     EXPECT_LT(took, 20.0) << ws[r]->dump();
-    // Every survivor names rank 2, from its own channel's hang-up or from
-    // the survivor that saw it first.
-    EXPECT_TRUE(contains(ws[r]->out(), "status=-5 failed_rank=2")) << ws[r]->dump();
-    EXPECT_TRUE(contains(ws[r]->out(), "rank 2 died: its same-host channel hung up"))
-        << ws[r]->dump();
-    printf("rank %d failed %.3f s after rank 2 was killed\n", r, took);
+    // Every survivor names the victim, from its own channel's hang-up or
+    // from the survivor that saw it first.
+    EXPECT_TRUE(contains(ws[r]->out(), named)) << ws[r]->dump();
+    EXPECT_TRUE(contains(ws[r]->out(), hung_up)) << ws[r]->dump();
+    printf("rank %d failed %.3f s after rank %d was killed\n", r, took, victim);
   }
-  for (int r : {0, 1, 3})
-    EXPECT_TRUE(ws[r]->wait(30)) << ws[r]->dump();
+  for (int r = 0; r < n; ++r)
+    if (r != victim) EXPECT_TRUE(ws[r]->wait(30)) << ws[r]->dump();
+}
+
+}  // namespace
+
+TEST(SameHost, KilledLocalRankIsNamedAtOnce) {
+  kill_one_of_local_ranks(4, 2);
+}
+
+TEST(SameHost, KilledLocalRankOfTwoIsNamedAtOnce) {
+  kill_one_of_local_ranks(2, 0);
 }
 
 // Symmetric memory through the C ABI: a 4 MiB message from it (which
