@@ -81,6 +81,12 @@ Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, 
   co_return s;
 }
 
+uint64_t pipeline_chunk_bytes(uint64_t bytes, size_t esize) {
+  constexpr uint64_t kMinChunkBytes = 64 << 10;
+  const uint64_t chunk = std::clamp(bytes / 4, kMinChunkBytes, ShmCollArea::kSlotBytes);
+  return std::max<uint64_t>(esize, chunk / esize * esize);
+}
+
 Task<Status> claim_slot(Coll &c, ShmCollArea &a, uint64_t t) {
   if (t < ShmCollArea::kSlots) co_return Status();
   co_return co_await wait_for(c, a, ShmCollArea::kFinished, t + 1 - ShmCollArea::kSlots,

@@ -16,6 +16,12 @@ namespace nexar::shm_coll {
 // is instead of being copied into the slot.
 constexpr uint64_t kByReferenceMinBytes = 64 << 10;
 
+// The bytes of one ticket of a vector of `bytes` (whole elements of esize):
+// a slot, or a quarter of the vector down to 64 KiB, so that a vector of a
+// few slots' size still has its copy in, its reduction and its copy out
+// running at once on different tickets.
+uint64_t pipeline_chunk_bytes(uint64_t bytes, size_t esize);
+
 // Waits until every member's (or only member's) counter k reaches value.
 // doing says what a late member did not do, for a timeout's message.
 Task<Status> wait_for(Coll &c, const ShmCollArea &a, ShmCollArea::Counter k, uint64_t value,

@@ -15,14 +15,15 @@ using namespace shm_coll;
 Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
   const CollArgs &g = c.args();
   const uint64_t bytes = uint64_t{g.count} * c.esize();
-  const uint64_t chunks = (bytes + ShmCollArea::kSlotBytes - 1) / ShmCollArea::kSlotBytes;
+  const uint64_t chunk = pipeline_chunk_bytes(bytes, c.esize());
+  const uint64_t chunks = (bytes + chunk - 1) / chunk;
   const uint64_t t0 = a.take_tickets(chunks);
   auto *buf = static_cast<uint8_t *>(g.recvbuf);
   const uint32_t root = g.root;
   Status s;
   for (uint64_t k = 0; k < chunks; ++k) {
-    const uint64_t t = t0 + k, off = k * ShmCollArea::kSlotBytes;
-    const uint64_t len = std::min<uint64_t>(ShmCollArea::kSlotBytes, bytes - off);
+    const uint64_t t = t0 + k, off = k * chunk;
+    const uint64_t len = std::min<uint64_t>(chunk, bytes - off);
     if (c.rank() == root) {
       if (!(s = co_await publish(c, a, t, buf + off, len, true))) co_return s;
     } else {

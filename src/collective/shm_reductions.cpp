@@ -90,7 +90,7 @@ Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, Reduct
   const CollArgs &g = c.args();
   const size_t esize = c.esize();
   const uint32_t n = c.size(), me = c.rank();
-  const size_t per_chunk = std::max<size_t>(1, ShmCollArea::kSlotBytes / esize);
+  const size_t per_chunk = pipeline_chunk_bytes(uint64_t{g.count} * esize, esize) / esize;
   const uint64_t chunks = (g.count + per_chunk - 1) / per_chunk;
   const uint64_t t0 = a.take_tickets(chunks);
   const auto *src = static_cast<const uint8_t *>(g.sendbuf);
