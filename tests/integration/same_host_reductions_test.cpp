@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <nexar.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -207,4 +209,42 @@ TEST(SameHostReductions, MismatchFailsEveryRankAndTheNextOneWorks) {
   reduce_scatter();
   for (uint32_t r = 0; r < n; ++r)
     EXPECT_EQ(stats(w[r]).shm_collectives, 3u) << "rank " << r;
+}
+
+// A member that aborts instead of joining ends the others' collectives on
+// shared memory at once (they wait on its counters, not on messages), with
+// ABORTED or PEER_FAILED naming it, long before the collective timeout.
+TEST(SameHostReductions, AbortOfAMemberEndsTheOthersWaits) {
+  const uint32_t n = 3;
+  nexar_comm_options_t o = shm_options(NEXAR_SHM_REQUIRE);
+  o.collective_timeout_ms = 60000;
+  World w(n, &o);
+  ASSERT_TRUE(w.ok());
+  std::vector<std::vector<float>> buf(n, std::vector<float>(300000, 1.0f)), out = buf;
+  // Decided on shared memory by a first, complete one.
+  on_each_rank(n, [&](uint32_t r) {
+    ASSERT_EQ(nexar_reduce_scatter(w[r], buf[r].data(), out[r].data(), 100000, NEXAR_DTYPE_F32,
+                                   NEXAR_OP_SUM, nullptr, nullptr),
+              NEXAR_OK);
+  });
+  Completions done;
+  for (uint32_t r : {0u, 2u}) {
+    ASSERT_EQ(nexar_reduce(w[r], buf[r].data(), out[r].data(), 300000, NEXAR_DTYPE_F32,
+                           NEXAR_OP_SUM, 0, Completions::callback, &done),
+              NEXAR_OK);
+    ASSERT_EQ(nexar_scan(w[r], buf[r].data(), out[r].data(), 300000, NEXAR_DTYPE_F32, NEXAR_OP_SUM,
+                         Completions::callback, &done),
+              NEXAR_OK);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(done.count(), 0u) << "they wait for rank 1";
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(nexar_comm_abort(w[1]), NEXAR_OK);
+  ASSERT_TRUE(done.wait(4, 20)) << "every operation of ranks 0 and 2 completes";
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  for (auto &rec : done.records) {
+    EXPECT_TRUE(rec.status == NEXAR_ERR_ABORTED || rec.status == NEXAR_ERR_PEER_FAILED)
+        << nexar_status_str(rec.status) << ": " << rec.message;
+    if (rec.status == NEXAR_ERR_PEER_FAILED) EXPECT_EQ(rec.failed_rank, 1) << rec.message;
+  }
 }
