@@ -192,6 +192,8 @@ Task<Status> Movement::run() {
       if (!(s = published_data(c_, a_, r, t0_, 0, &none))) co_return s;
     }
   }
+  // Every publisher's data where it lies: one ticket, one part of each block.
+  if (all_whole) part_ = block_;
   const uint64_t tickets = all_whole ? 1 : chunked_tickets_;
   if (tickets > 1) a_.take_tickets(tickets - 1);
   for (uint64_t k = 0; k < tickets; ++k) {
