@@ -7,9 +7,10 @@
 // copies exactly its own parts out of the publisher's slot. A publisher whose
 // whole data lies in its heap (a nexar_mem_alloc buffer) publishes it where
 // it is, at every ticket; when every publisher does, the collective is a
-// single ticket whatever its size. Every member checks the first ticket of
-// every publisher (and gather's root publishes an empty one), so all members
-// agree on the number of tickets and each hears of a mismatch.
+// single ticket whatever its size. The members with nothing to publish
+// announce an empty first ticket, and every member that reads checks every
+// other member's first ticket: all agree on the number of tickets, and a
+// mismatch is seen. A publisher returns once its readers have finished.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -144,16 +145,14 @@ void Movement::copy_part(uint32_t r, uint64_t k) {
   memcpy(dst_ + r * dst_stride_ + k * part_, from, len(k));
 }
 
-// Who may be read still, or is the only reader, ends once the readers have
-// finished: its buffer may be read where it is, and a member that ran
-// another collective is heard of instead of this one reporting success.
+// A publisher ends once its readers have finished: they may still read its
+// slot or its buffer where it lies (and a member that exits at once would
+// fail them), and a reader that ran another collective is heard of instead
+// of this one reporting success.
 Task<Status> Movement::wait_at_end(uint64_t end) {
-  if (kind_ == CollKind::Gather && me_ != root_)
-    co_return co_await wait_for(c_, a_, ShmCollArea::kFinished, end, "receive the data",
-                                static_cast<int32_t>(root_));
-  if (mine_whole_ || (kind_ == CollKind::Scatter && me_ == root_))
-    co_return co_await wait_for(c_, a_, ShmCollArea::kFinished, end, "receive the data");
-  co_return Status();
+  if (!publishes(me_)) co_return Status();
+  const int32_t reader = kind_ == CollKind::Gather ? static_cast<int32_t>(root_) : -1;
+  co_return co_await wait_for(c_, a_, ShmCollArea::kFinished, end, "receive the data", reader);
 }
 
 Task<Status> Movement::run() {
@@ -170,24 +169,26 @@ Task<Status> Movement::run() {
                   a_.in_own_heap(src_, whole_bytes(), &whole_offset_);
     if (mine_whole_) a_.host().count_by_reference(whole_bytes());
     if (!(s = co_await publish_part(0))) co_return s;
-  } else if (kind_ == CollKind::Gather) {
-    // Gather's root publishes nothing but what it called, for the others to check.
+  } else {
+    // Nothing to give but what it called, for the others to check (ranks
+    // that disagree about the root all hear of it).
     if (!(s = co_await claim_slot(c_, a_, t0_))) co_return s;
     announce(c_, a_, t0_, a_.own_slot_offset(t0_), 0);
   }
-  // Every member sees every publisher's first ticket (scatter's: the root's).
-  if (kind_ != CollKind::Scatter || me_ != root_) {
-    s = co_await wait_for(c_, a_, ShmCollArea::kPublished, t0_ + 1, "publish its data",
-                          only_source_);
+  // Every member but scatter's root, which reads nothing, checks every
+  // other member's first ticket.
+  const bool checks = kind_ != CollKind::Scatter || me_ != root_;
+  if (checks) {
+    s = co_await wait_for(c_, a_, ShmCollArea::kPublished, t0_ + 1, "publish its data");
     if (!s) co_return s;
   }
   bool all_whole = !publishes(me_) || mine_whole_;
-  for (uint32_t r = 0; r < n_; ++r) {
+  for (uint32_t r = 0; checks && r < n_; ++r) {
     if (r == me_) continue;
     if (publishes(r)) {
       if (!(s = check_first(r))) co_return s;
       all_whole = all_whole && whole_[r];
-    } else if (kind_ == CollKind::Gather) {
+    } else {
       const uint8_t *none = nullptr;
       if (!(s = published_data(c_, a_, r, t0_, 0, &none))) co_return s;
     }

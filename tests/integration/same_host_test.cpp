@@ -617,8 +617,8 @@ TEST(SameHost, MismatchedMovementCollectivesFailEveryRankAndTheNextOneWorks) {
     return nexar_gather(w[r], send[r].data(), recv[r].data(), 1000, NEXAR_DTYPE_U32, 0, nullptr,
                         nullptr);
   };
-  auto scatter = [&](uint32_t r) {
-    return nexar_scatter(w[r], send[r].data(), recv[r].data(), 1000, NEXAR_DTYPE_U32, 0, nullptr,
+  auto scatter = [&](uint32_t r, uint32_t root = 0) {
+    return nexar_scatter(w[r], send[r].data(), recv[r].data(), 1000, NEXAR_DTYPE_U32, root, nullptr,
                          nullptr);
   };
   all([&](uint32_t r) { return allgather(r, 1000); }, NEXAR_OK);
@@ -627,6 +627,8 @@ TEST(SameHost, MismatchedMovementCollectivesFailEveryRankAndTheNextOneWorks) {
   // Gather's root against scatter's other members, and the other way round.
   all([&](uint32_t r) { return r == 0 ? gather(r) : scatter(r); }, NEXAR_ERR_MISMATCH);
   all([&](uint32_t r) { return r == 0 ? scatter(r) : gather(r); }, NEXAR_ERR_MISMATCH);
+  // Ranks that disagree about the root: none of them is one.
+  all([&](uint32_t r) { return scatter(r, r == 0 ? 1 : 0); }, NEXAR_ERR_MISMATCH);
   all(
       [&](uint32_t r) {
         return r == 1 ? nexar_alltoall(w[r], send[r].data(), recv[r].data(), 1000, NEXAR_DTYPE_U32,
