@@ -23,6 +23,7 @@
 #include "collective/over_links.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
+#include "collective/shm_collectives.h"
 
 namespace nexar {
 namespace {
@@ -62,6 +63,11 @@ Task<Status> allgather(Coll &c) {
   const uint64_t bytes = uint64_t{a.count} * c.esize();
   const uint32_t n = c.size();
   if (a.count == 0) co_return Status();
+  if (n > 1) {
+    bool ran = false;
+    Status s = co_await shm_allgather(c, &ran);
+    if (ran) co_return s;
+  }
   copy_unless_same(static_cast<uint8_t *>(a.recvbuf) + c.rank() * bytes, a.sendbuf, bytes);
   if (n == 1) co_return Status();
   // A sparse mesh whose ring steps are not all links: each block down a

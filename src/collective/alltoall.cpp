@@ -28,6 +28,7 @@
 
 #include "collective/collectives.h"
 #include "collective/over_links.h"
+#include "collective/shm_collectives.h"
 
 namespace nexar {
 namespace {
@@ -47,6 +48,9 @@ Task<Status> alltoall(Coll &c) {
     if (send != recv) memcpy(recv, send, block);
     co_return Status();
   }
+  bool ran = false;
+  Status s = co_await shm_alltoall(c, &ran);
+  if (ran) co_return s;
   PooledBuf copy;
   if (send == recv) {
     // Blocks arrive into the memory still to be sent: send from a copy.

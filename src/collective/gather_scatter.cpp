@@ -36,6 +36,7 @@
 
 #include "collective/collectives.h"
 #include "collective/over_links.h"
+#include "collective/shm_collectives.h"
 
 namespace nexar {
 namespace {
@@ -164,6 +165,9 @@ Task<Status> gather(Coll &c) {
     memmove(c.args().recvbuf, c.args().sendbuf, block);
     co_return Status();
   }
+  bool ran = false;
+  Status s = co_await shm_gather(c, &ran);
+  if (ran) co_return s;
   // A sparse mesh: a tree of direct links (tree_over_links.cpp).
   if (MemberRoutes routes(c); routes.usable())
     co_return co_await gather_over_links(c, routes, block);
@@ -178,6 +182,9 @@ Task<Status> scatter(Coll &c) {
     memmove(c.args().recvbuf, c.args().sendbuf, block);
     co_return Status();
   }
+  bool ran = false;
+  Status s = co_await shm_scatter(c, &ran);
+  if (ran) co_return s;
   if (MemberRoutes routes(c); routes.usable())
     co_return co_await scatter_over_links(c, routes, block);
   if (use_tree(c, block)) co_return co_await scatter_tree(c, block);

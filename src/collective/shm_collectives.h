@@ -41,4 +41,12 @@ Task<Status> shm_reduce_scatter(Coll &c, bool *ran);
 Task<Status> shm_scan(Coll &c, bool *ran);
 Task<Status> shm_exscan(Coll &c, bool *ran);
 
+// Allgather, gather, scatter and alltoall (shm_movement.cpp): each publisher
+// puts a part of every block in its slot per ticket, or publishes a buffer of
+// nexar_mem_alloc where it lies; readers copy their parts out.
+Task<Status> shm_allgather(Coll &c, bool *ran);
+Task<Status> shm_gather(Coll &c, bool *ran);
+Task<Status> shm_scatter(Coll &c, bool *ran);
+Task<Status> shm_alltoall(Coll &c, bool *ran);
+
 }  // namespace nexar

@@ -423,3 +423,240 @@ TEST(SameHost, MismatchedCollectivesOnSharedMemoryFailEveryRankAndTheNextOneWork
     ASSERT_EQ(buf[r], std::vector<float>(600000, 3.0f)) << "rank " << r;
   EXPECT_EQ(stats(w[0]).shm_collectives, before + 1) << "back on shared memory";
 }
+
+namespace {
+
+// Where a collective's buffers are: plain memory, in place (allgather's
+// own block inside recvbuf, alltoall's send == recv, the root's buffers of
+// gather and scatter overlapping), and from nexar_mem_alloc on every rank,
+// on even ranks only (the others copy through their slots), or in place.
+enum class Buffers { Plain, InPlace, Symmetric, HalfSymmetric, SymmetricInPlace };
+
+// Element i of the block that rank `from` contributes for rank `to` (0 for
+// the single block of allgather and gather).
+uint32_t element(uint32_t from, uint32_t to, size_t i) {
+  return from * 1000003u + to * 7919u + static_cast<uint32_t>(i) * 2654435761u;
+}
+
+// count elements of one rank, from nexar_mem_alloc if symmetric.
+class RankBuffer {
+ public:
+  RankBuffer(nexar_comm_t *comm, size_t count, bool symmetric) : comm_(comm), plain_(count) {
+    data_ = plain_.data();
+    if (!symmetric) return;
+    void *p = nullptr;
+    EXPECT_EQ(nexar_mem_alloc(comm, count * sizeof(uint32_t), &p), NEXAR_OK)
+        << nexar_last_error_message();
+    if (p) data_ = static_cast<uint32_t *>(p);
+  }
+  ~RankBuffer() {
+    if (data_ != plain_.data()) EXPECT_EQ(nexar_mem_free(comm_, data_), NEXAR_OK);
+  }
+  RankBuffer(const RankBuffer &) = delete;
+  RankBuffer &operator=(const RankBuffer &) = delete;
+  uint32_t *data() { return data_; }
+
+ private:
+  nexar_comm_t *comm_;
+  std::vector<uint32_t> plain_;
+  uint32_t *data_;
+};
+
+enum Movement { kAllgather, kGather, kScatter, kAlltoall, kMovements };
+const char *const kMovementNames[] = {"allgather", "gather", "scatter", "alltoall"};
+// [collective][rank]: what the rank received (gather: the root only).
+using MovementResults = std::vector<std::vector<std::vector<uint32_t>>>;
+
+// Scatter's and alltoall's blocks: every rank's data about count elements,
+// as allgather's, so that each takes as many tickets.
+size_t per_destination(size_t count, uint32_t n) {
+  return count / n + 1;
+}
+
+// Allgather and gather (root: the last rank) of blocks of count elements,
+// scatter (the same root) and alltoall of per_destination(count) elements.
+MovementResults movement_results(const World &w, size_t count, Buffers b) {
+  const uint32_t n = w.size(), root = n - 1;
+  const size_t spread = per_destination(count, n);
+  MovementResults out(kMovements, std::vector<std::vector<uint32_t>>(n));
+  on_each_rank(n, [&](uint32_t r) {
+    const bool sym = b == Buffers::Symmetric || b == Buffers::SymmetricInPlace ||
+                     (b == Buffers::HalfSymmetric && r % 2 == 0);
+    const bool in_place = b == Buffers::InPlace || b == Buffers::SymmetricInPlace;
+    const std::string where = "rank " + std::to_string(r) + ": ";
+    {
+      RankBuffer recv(w[r], n * count, sym), send(w[r], count, sym);
+      uint32_t *s = in_place ? recv.data() + r * count : send.data();
+      for (size_t i = 0; i < count; ++i)
+        s[i] = element(r, 0, i);
+      EXPECT_EQ(nexar_allgather(w[r], s, recv.data(), count, NEXAR_DTYPE_U32, nullptr, nullptr),
+                NEXAR_OK)
+          << where << nexar_last_error_message();
+      out[kAllgather][r].assign(recv.data(), recv.data() + n * count);
+    }
+    {
+      RankBuffer recv(w[r], n * count, sym), send(w[r], count, sym);
+      uint32_t *s = in_place && r == root ? recv.data() + root * count : send.data();
+      for (size_t i = 0; i < count; ++i)
+        s[i] = element(r, 0, i);
+      EXPECT_EQ(nexar_gather(w[r], s, recv.data(), count, NEXAR_DTYPE_U32, root, nullptr, nullptr),
+                NEXAR_OK)
+          << where << nexar_last_error_message();
+      if (r == root) out[kGather][r].assign(recv.data(), recv.data() + n * count);
+    }
+    {
+      RankBuffer send(w[r], n * spread, sym), recv(w[r], spread, sym);
+      uint32_t *d = in_place && r == root ? send.data() + root * spread : recv.data();
+      if (r == root)
+        for (uint32_t to = 0; to < n; ++to)
+          for (size_t i = 0; i < spread; ++i)
+            send.data()[to * spread + i] = element(root, to, i);
+      EXPECT_EQ(
+          nexar_scatter(w[r], send.data(), d, spread, NEXAR_DTYPE_U32, root, nullptr, nullptr),
+          NEXAR_OK)
+          << where << nexar_last_error_message();
+      out[kScatter][r].assign(d, d + spread);
+    }
+    {
+      RankBuffer send(w[r], n * spread, sym), recv(w[r], n * spread, sym);
+      uint32_t *d = in_place ? send.data() : recv.data();
+      for (uint32_t to = 0; to < n; ++to)
+        for (size_t i = 0; i < spread; ++i)
+          send.data()[to * spread + i] = element(r, to, i);
+      EXPECT_EQ(nexar_alltoall(w[r], send.data(), d, spread, NEXAR_DTYPE_U32, nullptr, nullptr),
+                NEXAR_OK)
+          << where << nexar_last_error_message();
+      out[kAlltoall][r].assign(d, d + n * spread);
+    }
+  });
+  return out;
+}
+
+// The first element of got that differs from what the collective should
+// have given, or -1.
+int64_t first_wrong(Movement m, const std::vector<uint32_t> &got, uint32_t r, uint32_t n,
+                    size_t count) {
+  const size_t blocks = m == kScatter ? 1 : n;
+  if (got.size() != blocks * count) return 0;
+  for (size_t j = 0; j < got.size(); ++j) {
+    const uint32_t from = static_cast<uint32_t>(j / count);
+    const size_t i = j % count;
+    const uint32_t want = m == kScatter    ? element(n - 1, r, i)
+                          : m == kAlltoall ? element(from, r, i)
+                                           : element(from, 0, i);
+    if (got[j] != want) return static_cast<int64_t>(j);
+  }
+  return -1;
+}
+
+}  // namespace
+
+// Allgather, gather, scatter and alltoall among the ranks of one host read
+// straight out of each other's segments (counted in shm_collectives): exact
+// results, the same as NEXAR_SHM=off's, with one ticket, several, and
+// buffers of nexar_mem_alloc read where they lie, plain and in place.
+TEST(SameHost, MovementCollectivesReadThePeersSegmentsExactly) {
+  // One ticket, then several (a part is 1 MiB, or 1 MiB / ranks per
+  // destination); nexar_mem_alloc buffers only where they are read where
+  // they lie (64 KiB or more). The message path runs the plain cases too.
+  const size_t small = 1000, large = 270001;
+  const std::vector<std::pair<size_t, Buffers>> cases = {
+      {small, Buffers::Plain},           {small, Buffers::InPlace},
+      {large, Buffers::Plain},           {large, Buffers::InPlace},
+      {large, Buffers::Symmetric},       {large, Buffers::HalfSymmetric},
+      {large, Buffers::SymmetricInPlace}};
+  auto on_messages_too = [](Buffers b) { return b == Buffers::Plain; };
+  for (uint32_t n : {2u, 3u, 4u}) {
+    std::vector<MovementResults> results[2];
+    for (int mode = 0; mode < 2; ++mode) {
+      nexar_comm_options_t o = options(mode == 0 ? NEXAR_SHM_AUTO : NEXAR_SHM_OFF);
+      World w(n, &o);
+      ASSERT_TRUE(w.ok());
+      for (size_t k = 0; k < cases.size(); ++k) {
+        const auto [count, buffers] = cases[k];
+        if (mode == 1 && !on_messages_too(buffers)) continue;
+        results[mode].push_back(movement_results(w, count, buffers));
+        const MovementResults &got = results[mode].back();
+        for (int m = 0; m < kMovements; ++m)
+          for (uint32_t r = 0; r < n; ++r) {
+            if (m == kGather && r != n - 1) continue;
+            const size_t block =
+                m == kScatter || m == kAlltoall ? per_destination(count, n) : count;
+            ASSERT_EQ(first_wrong(static_cast<Movement>(m), got[m][r], r, n, block), -1)
+                << kMovementNames[m] << ", " << n << " ranks, rank " << r << ", case " << k
+                << ", shared memory " << (mode == 0 ? "auto" : "off");
+          }
+      }
+      for (uint32_t r = 0; r < n; ++r) {
+        const nexar_stats_t s = stats(w[r]);
+        if (mode == 0) {
+          EXPECT_EQ(s.shm_collectives, kMovements * cases.size()) << n << " ranks, rank " << r;
+          EXPECT_GT(s.shm_bytes_by_reference, 0u) << n << " ranks, rank " << r;
+        } else {
+          EXPECT_EQ(s.shm_collectives, 0u);
+        }
+      }
+    }
+    for (size_t k = 0, off = 0; k < cases.size(); ++k)
+      if (on_messages_too(cases[k].second))
+        EXPECT_EQ(results[0][k], results[1][off++]) << n << " ranks, case " << k;
+  }
+}
+
+// Ranks that call different movement collectives on shared memory (other
+// counts, gather against scatter, alltoall against allgather) all fail with
+// NEXAR_ERR_MISMATCH, those that only publish too, and the next one works.
+TEST(SameHost, MismatchedMovementCollectivesFailEveryRankAndTheNextOneWorks) {
+  nexar_comm_options_t o = options(NEXAR_SHM_AUTO);
+  o.collective_timeout_ms = 20000;
+  const uint32_t n = 3;
+  World w(n, &o);
+  ASSERT_TRUE(w.ok());
+  const size_t most = 600000;
+  std::vector<std::vector<uint32_t>> send(n, std::vector<uint32_t>(n * most)),
+      recv(n, std::vector<uint32_t>(n * most));
+  auto all = [&](const std::function<nexar_status_t(uint32_t)> &call, nexar_status_t want) {
+    on_each_rank(n, [&](uint32_t r) {
+      EXPECT_EQ(call(r), want) << "rank " << r << ": " << nexar_last_error_message();
+      if (want == NEXAR_ERR_MISMATCH)
+        EXPECT_NE(std::string(nexar_last_error_message()).find("different collective"),
+                  std::string::npos)
+            << nexar_last_error_message();
+    });
+  };
+  auto allgather = [&](uint32_t r, size_t count) {
+    return nexar_allgather(w[r], send[r].data(), recv[r].data(), count, NEXAR_DTYPE_U32, nullptr,
+                           nullptr);
+  };
+  auto gather = [&](uint32_t r) {
+    return nexar_gather(w[r], send[r].data(), recv[r].data(), 1000, NEXAR_DTYPE_U32, 0, nullptr,
+                        nullptr);
+  };
+  auto scatter = [&](uint32_t r, uint32_t root = 0) {
+    return nexar_scatter(w[r], send[r].data(), recv[r].data(), 1000, NEXAR_DTYPE_U32, root, nullptr,
+                         nullptr);
+  };
+  all([&](uint32_t r) { return allgather(r, 1000); }, NEXAR_OK);
+  // Counts that give different numbers of tickets.
+  all([&](uint32_t r) { return allgather(r, r == 0 ? 300000 : most); }, NEXAR_ERR_MISMATCH);
+  // Gather's root against scatter's other members, and the other way round.
+  all([&](uint32_t r) { return r == 0 ? gather(r) : scatter(r); }, NEXAR_ERR_MISMATCH);
+  all([&](uint32_t r) { return r == 0 ? scatter(r) : gather(r); }, NEXAR_ERR_MISMATCH);
+  // Ranks that disagree about the root: none of them is one.
+  all([&](uint32_t r) { return scatter(r, r == 0 ? 1 : 0); }, NEXAR_ERR_MISMATCH);
+  all(
+      [&](uint32_t r) {
+        return r == 1 ? nexar_alltoall(w[r], send[r].data(), recv[r].data(), 1000, NEXAR_DTYPE_U32,
+                                       nullptr, nullptr)
+                      : allgather(r, 1000);
+      },
+      NEXAR_ERR_MISMATCH);
+  for (uint32_t r = 0; r < n; ++r)
+    for (size_t i = 0; i < most; ++i)
+      send[r][i] = element(r, 0, i);
+  const uint64_t before = stats(w[0]).shm_collectives;
+  all([&](uint32_t r) { return allgather(r, most); }, NEXAR_OK);
+  for (uint32_t r = 0; r < n; ++r)
+    ASSERT_EQ(first_wrong(kAllgather, recv[r], r, n, most), -1) << "rank " << r;
+  EXPECT_EQ(stats(w[0]).shm_collectives, before + 1) << "back on shared memory";
+}
