@@ -84,10 +84,13 @@ Movement::Movement(Coll &c, ShmCollArea &a)
   dst_stride_ = kind_ == CollKind::Scatter ? 0 : block_;
   const bool per_member = kind_ == CollKind::Scatter || kind_ == CollKind::Alltoall;
   blocks_ = per_member ? n_ : 1;
-  // A slot holds one part of each block, in whole elements.
-  part_ = per_member
-              ? std::max<uint64_t>(c.esize(), ShmCollArea::kSlotBytes / n_ / c.esize() * c.esize())
-              : ShmCollArea::kSlotBytes;
+  // A slot holds one part of each block, in whole elements; a block of a
+  // few parts' size is cut finer, so copies in and out overlap.
+  const uint64_t slot_share =
+      per_member
+          ? std::max<uint64_t>(c.esize(), ShmCollArea::kSlotBytes / n_ / c.esize() * c.esize())
+          : ShmCollArea::kSlotBytes;
+  part_ = std::min(slot_share, pipeline_chunk_bytes(block_, c.esize()));
   chunked_tickets_ = (block_ + part_ - 1) / part_;
   const bool reads = kind_ == CollKind::Allgather || kind_ == CollKind::Alltoall ||
                      (kind_ == CollKind::Gather && me_ == root_) ||
