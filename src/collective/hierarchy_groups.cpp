@@ -1,0 +1,226 @@
+#include "collective/hierarchy_groups.h"
+
+#include <algorithm>
+#include <coroutine>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "client/communicator.h"
+#include "client/shm_host.h"
+#include "core/clock.h"
+#include "core/log.h"
+
+namespace nexar::hier {
+namespace {
+
+using State = CommHierarchy::State;
+
+// The steps of the exchange that decides the groups (one per round, at most
+// 32): below shm_coll_steps' setup step and Coll's done step, above every
+// algorithm's.
+constexpr uint32_t kExchangeStep = (1u << 24) - 64;
+// Collective numbers on a group: kPhases per collective of the communicator.
+constexpr uint64_t kPhases = 4;
+
+// Bruck allgather of one record of rec bytes per rank: afterwards
+// all[i * rec ...] is the record of rank (me + i) mod n.
+Task<Status> exchange(Coll &c, std::vector<uint8_t> &all, size_t rec) {
+  const uint32_t n = c.size(), me = c.rank();
+  uint32_t round = 0;
+  for (uint32_t d = 1; d < n; d <<= 1, ++round) {
+    const uint64_t bytes = uint64_t{std::min(d, n - d)} * rec;
+    Status s = co_await c.sendrecv((me + n - d) % n, all.data(), bytes, (me + d) % n,
+                                   all.data() + size_t{d} * rec, bytes, kExchangeStep + round);
+    if (!s) co_return s;
+  }
+  co_return Status();
+}
+
+// FNV-1a 64 over (parent id, group kind, index), apart from split's ids by
+// its own prefix; never 0 (the root communicator's).
+uint64_t group_id(uint64_t parent, char kind, uint32_t index) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  for (const char *p = "nexar-hosts"; *p; ++p)
+    mix(static_cast<uint8_t>(*p), 1);
+  mix(parent, 8);
+  mix(static_cast<uint8_t>(kind), 1);
+  mix(index, 4);
+  return h ? h : 1;
+}
+
+// Hosts from every rank's set of same-host peers (itself included): each
+// set must be the same for all its members, else no host layout is agreed
+// and the result is false. Hosts are numbered by their lowest rank.
+bool hosts_from(const std::vector<std::vector<uint8_t>> &linked, CommHierarchy &h) {
+  const uint32_t n = static_cast<uint32_t>(linked.size());
+  const uint32_t unset = ~0u;
+  h.host_of.assign(n, unset);
+  h.local_index.assign(n, 0);
+  h.host_size.clear();
+  for (uint32_t r = 0; r < n; ++r) {
+    if (h.host_of[r] != unset) continue;
+    const uint32_t host = static_cast<uint32_t>(h.host_size.size());
+    uint32_t size = 0;
+    for (uint32_t s = 0; s < n; ++s) {
+      if (!linked[r][s]) continue;
+      if (h.host_of[s] != unset || linked[s] != linked[r]) return false;
+      h.host_of[s] = host;
+      h.local_index[s] = size++;
+    }
+    if (h.host_of[r] != host) return false;  // r's own set must hold r
+    h.host_size.push_back(size);
+  }
+  return true;
+}
+
+// Decides the groups at the communicator's first collective that could use
+// them: every member sends which ranks it reaches through shared memory
+// (those are on its host), so every member computes the same layout.
+Task<Status> decide(Coll &c, CommHierarchy &h) {
+  Communicator &comm = *c.comm();
+  ShmHost &host = comm.client().shm();
+  const uint32_t n = c.size(), me = c.rank();
+  std::vector<uint8_t> all(size_t{n} * n, 0);
+  for (uint32_t r = 0; r < n; ++r)
+    all[r] = r == me || host.channel(comm.world_rank_of(r)) != nullptr;
+  Status s = co_await exchange(c, all, n);
+  if (!s) co_return s;  // undecided: the next collective tries again
+  std::vector<std::vector<uint8_t>> linked(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint8_t *rec = all.data() + size_t{i} * n;
+    linked[(me + i) % n].assign(rec, rec + n);
+  }
+  const bool layout = hosts_from(linked, h);
+  const uint32_t most = layout ? *std::max_element(h.host_size.begin(), h.host_size.end()) : 0;
+  h.state = layout && h.host_size.size() >= 2 && most >= 2 ? State::On : State::Off;
+  LOG_DEBUG("communicator %llx rank %u: %zu hosts, collectives across hosts %s",
+            static_cast<unsigned long long>(comm.comm_id()), me, h.host_size.size(),
+            h.state == State::On ? "hierarchical" : "flat");
+  if (h.state != State::On) co_return Status();
+  const uint32_t my_host = h.host_of[me], my_index = h.local_index[me];
+  std::vector<uint32_t> local, cross;
+  uint32_t cross_rank = 0;
+  for (uint32_t r = 0; r < n; ++r) {
+    if (h.host_of[r] == my_host) local.push_back(comm.world_rank_of(r));
+    if (h.local_index[r] == my_index) {
+      if (r == me) cross_rank = static_cast<uint32_t>(cross.size());
+      cross.push_back(comm.world_rank_of(r));
+    }
+  }
+  h.local = comm.make_child(group_id(comm.comm_id(), 'L', my_host), my_index, std::move(local));
+  h.cross = comm.make_child(group_id(comm.comm_id(), 'X', my_index), cross_rank, std::move(cross));
+  co_return Status();
+}
+
+// Waits until the turn comes (finished by the holder before it).
+class TurnWait : public Wait {
+ public:
+  TurnWait(CommHierarchy &h, uint64_t turn, const Coll &c)
+      : Wait(c.op()->loop(), c.op(), c.deadline_ns(), -1), h_(h), turn_(turn), what_(c.what()) {}
+  bool await_ready() const { return h_.serving == turn_; }
+  bool await_suspend(std::coroutine_handle<> handle) {
+    if (!suspend(handle)) return false;
+    h_.waiting[turn_] = this;
+    return true;
+  }
+  Status await_resume() const { return result(); }
+
+ protected:
+  void detach() override { h_.waiting.erase(turn_); }
+  std::string timeout_message() const override {
+    return format("%s: waiting for the collective before it (across hosts)", what_);
+  }
+
+ private:
+  CommHierarchy &h_;
+  uint64_t turn_;
+  const char *what_;
+};
+
+// Fails the phase's operation when the collective's fails (abort, destroy,
+// a member declared failed), for as long as it lives.
+class FailureRelay : public Wait {
+ public:
+  FailureRelay(OpContext *outer, OpContext *phase, uint64_t deadline_ns)
+      : Wait(outer->loop(), outer, deadline_ns, -1), phase_(phase) {
+    // Nothing resumes on it: it only listens to the outer operation.
+    suspend(std::noop_coroutine());
+  }
+
+ protected:
+  void detach() override {
+    if (!result().ok()) phase_->fail(result());
+  }
+  std::string timeout_message() const override { return "phase across hosts"; }
+
+ private:
+  OpContext *phase_;
+};
+
+// A failure on group, told in c's terms: its failed rank becomes c's.
+Status in_terms_of(const Coll &c, const Communicator &group, Status s) {
+  if (s.failed_rank < 0 || static_cast<uint32_t>(s.failed_rank) >= group.size()) return s;
+  const int32_t theirs = s.failed_rank;
+  const int32_t ours = c.comm()->rank_of_world(group.world_rank_of(static_cast<uint32_t>(theirs)));
+  s.message = format("%s: rank %d failed it, on the way across hosts (%s)", c.what(), ours,
+                     s.message.c_str());
+  s.failed_rank = ours;
+  return s;
+}
+
+}  // namespace
+
+Turn::~Turn() {
+  if (held_) {
+    ++h_.serving;
+  } else {
+    h_.abandoned.insert(mine_);  // failed while waiting: skipped
+  }
+  while (h_.abandoned.erase(h_.serving))
+    ++h_.serving;
+  if (auto next = h_.waiting.find(h_.serving); next != h_.waiting.end())
+    next->second->finish(Status());
+}
+
+Task<Status> Turn::take(Coll &c) {
+  if (h_.serving != mine_) {
+    Status s = co_await TurnWait(h_, mine_, c);
+    if (!s) co_return s;
+  }
+  held_ = true;
+  if (h_.state == State::Unknown) co_return co_await decide(c, h_);
+  co_return Status();
+}
+
+Task<Status> run_in_group(Coll &c, Communicator &group, uint32_t phase, CollKind kind,
+                          CollArgs args, Task<Status> (*algorithm)(Coll &)) {
+  OpContext *outer = c.op();
+  auto op = std::make_shared<OpContext>(outer->loop(), outer->seq(), outer->name());
+  Status s;
+  {
+    // Far beyond the phase's own timeout, which ends it first.
+    const uint64_t timeout_ns = c.config().collective_timeout_ms * kNsPerMs;
+    FailureRelay relay(outer, op.get(), c.deadline_ns() + kPhases * timeout_ns);
+    s = co_await run_collective_as(&group, op.get(), kind, args, algorithm,
+                                   c.seq() * kPhases + phase);
+  }
+  // Bytes the transport still reads from the user's buffers keep the
+  // collective from completing, as they would if it had sent them itself.
+  if (op->pinned()) {
+    outer->pin();
+    op->on_unpinned([outer] { outer->unpin(); });
+  }
+  outer->keep_alive(op);
+  if (outer->failed()) co_return outer->status();
+  if (!s) co_return in_terms_of(c, group, std::move(s));
+  co_return s;
+}
+
+}  // namespace nexar::hier
