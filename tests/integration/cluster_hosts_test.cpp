@@ -219,3 +219,81 @@ TEST(ClusterHosts, KilledRankOnItsOwnHostIsNamedByEverySurvivor) {
     EXPECT_TRUE(contains(out, "RECOVERED rank=" + std::to_string(r))) << p.dump();
   }
 }
+
+namespace {
+
+// The number after "key=" on the first line of text that starts with
+// prefix (-1 if there is none).
+long long field(const std::string &text, const std::string &prefix, const std::string &key) {
+  size_t at = text.find(prefix);
+  if (at == std::string::npos) return -1;
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  at = line.find(" " + key + "=");
+  return at == std::string::npos ? -1 : std::stoll(line.substr(at + key.size() + 2));
+}
+
+}  // namespace
+
+// 2 hosts x 2 ranks (ranks 0 and 2 on one, 1 and 3 on the other, the seed
+// with the first): allreduces and broadcasts run hierarchically
+// (collective/hierarchical.h) with exact results (tests/cluster/hosts_worker.c),
+// and the bytes each rank hands to QUIC are those of the scheme. An
+// allreduce of B bytes: the host's reduce-scatter and allgather stay on the
+// host, and each rank's shard of B/2 crosses once (the flat ring would send
+// 1.5 B per rank, all of it between hosts with this placement). A broadcast
+// from rank 2 (not first on its host): B crosses once, from the root to rank
+// 3, and each host broadcasts it on shared memory.
+TEST(ClusterHosts, TwoHostsOfTwoRanksCrossOncePerShard) {
+  Hosts net(2);
+  ASSERT_TRUE(net.ok()) << "separate hosts need network namespaces, and this machine refused: "
+                        << net.error();
+  TempDir dir;
+  const std::string seed_addr = Hosts::ip(0) + ":29502";
+  std::string addr;
+  auto seed = start_seed(
+      dir, "seed", {"--listen", seed_addr, "--world-size", "4", "--token-file", write_token(dir)},
+      &addr, {}, net.on(0));
+  ASSERT_EQ(addr, seed_addr) << seed->dump();
+  const long long bytes = 4 << 20;  // the worker's default: 512 Ki u64
+  const uint32_t root = 2;
+  std::vector<std::unique_ptr<Proc>> ranks;
+  std::vector<Proc *> all{seed.get()};
+  for (int r = 0; r < 4; ++r) {
+    ranks.push_back(std::make_unique<Proc>(dir, "rank" + std::to_string(r),
+                                           std::vector<std::string>{NEXAR_HOSTS_WORKER_BIN},
+                                           Proc::Env{{"NEXAR_SEED", seed_addr},
+                                                     {"NEXAR_CLUSTER_TOKEN", kToken},
+                                                     {"NEXAR_RANK", std::to_string(r)},
+                                                     {"HOSTS_WORKER_ROOT", std::to_string(root)}},
+                                           net.on(r % 2)));
+    all.push_back(ranks.back().get());
+  }
+  // Frames, acknowledgements' payload and heartbeats: well under this.
+  const long long slack = 64 << 10;
+  for (int r = 0; r < 4; ++r) {
+    Proc &p = *ranks[r];
+    ASSERT_TRUE(p.wait(60)) << dump_all(all);
+    EXPECT_EQ(p.code(), 0) << p.dump();
+    const std::string out = p.out();
+    const std::string me = "rank=" + std::to_string(r);
+    EXPECT_TRUE(contains(out, "DONE " + me)) << p.dump();
+    const std::string ar = "STATS " + me + " op=allreduce", bc = "STATS " + me + " op=broadcast";
+    ASSERT_EQ(field(out, ar, "bytes"), bytes) << p.dump();
+    const long long quic = field(out, ar, "quic");
+    EXPECT_GE(quic, bytes / 2) << p.dump();
+    EXPECT_LE(quic, bytes / 2 + slack) << p.dump();
+    // The local phases: messages through the pair's shared-memory channel,
+    // or collectives on shared memory (2: reduce-scatter and allgather).
+    EXPECT_TRUE(field(out, ar, "shm") >= bytes - slack || field(out, ar, "shm_collectives") == 2)
+        << p.dump();
+    const long long bquic = field(out, bc, "quic");
+    if (r == static_cast<int>(root)) {
+      EXPECT_GE(bquic, bytes) << p.dump();
+      EXPECT_LE(bquic, bytes + slack) << p.dump();
+    } else {
+      EXPECT_GE(bquic, 0) << p.dump();
+      EXPECT_LE(bquic, slack) << p.dump();
+    }
+    EXPECT_EQ(field(out, bc, "shm_collectives"), 1) << p.dump();
+  }
+}
