@@ -297,3 +297,49 @@ TEST(ClusterHosts, TwoHostsOfTwoRanksCrossOncePerShard) {
     EXPECT_EQ(field(out, bc, "shm_collectives"), 1) << p.dump();
   }
 }
+
+// The same 2 hosts x 2 ranks: rank 2 is killed with SIGKILL mid-allreduce
+// (tests/cluster/failure_worker.c). Every survivor's allreduce, which runs
+// its phases on the hosts' groups, fails with NEXAR_ERR_PEER_FAILED naming
+// rank 2 in the communicator's numbering; they shrink to 3 (hosts of 1 and
+// 2 ranks) and finish further allreduces with exact results.
+TEST(ClusterHosts, KilledRankOfTwoHostsOfTwoIsNamedByEverySurvivor) {
+  Hosts net(2);
+  ASSERT_TRUE(net.ok()) << "separate hosts need network namespaces, and this machine refused: "
+                        << net.error();
+  TempDir dir;
+  const std::string seed_addr = Hosts::ip(0) + ":29503";
+  std::string addr;
+  auto seed = start_seed(
+      dir, "seed", {"--listen", seed_addr, "--world-size", "4", "--token-file", write_token(dir)},
+      &addr, {}, net.on(0));
+  ASSERT_EQ(addr, seed_addr) << seed->dump();
+  std::vector<std::unique_ptr<Proc>> ranks;
+  std::vector<Proc *> all{seed.get()};
+  for (int r = 0; r < 4; ++r) {
+    ranks.push_back(std::make_unique<Proc>(dir, "rank" + std::to_string(r),
+                                           std::vector<std::string>{NEXAR_FAILURE_WORKER_BIN},
+                                           Proc::Env{{"NEXAR_SEED", seed_addr},
+                                                     {"NEXAR_CLUSTER_TOKEN", kToken},
+                                                     {"NEXAR_RANK", std::to_string(r)},
+                                                     {"FAILURE_WORKER_COUNT", "65536"},
+                                                     {"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
+                                                     {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}},
+                                           net.on(r % 2)));
+    all.push_back(ranks.back().get());
+  }
+  for (auto &p : ranks)
+    ASSERT_TRUE(p->wait_output("RUNNING rank=", 60)) << dump_all(all);
+  ranks[2]->signal(SIGKILL);
+  for (int r : {0, 1, 3}) {
+    Proc &p = *ranks[r];
+    ASSERT_TRUE(p.wait(60)) << dump_all(all);
+    EXPECT_EQ(p.code(), 0) << p.dump();
+    const std::string out = p.out();
+    EXPECT_TRUE(contains(out, "FAILED rank=" + std::to_string(r) + " status=-5 failed_rank=2 "))
+        << p.dump();
+    EXPECT_TRUE(contains(out, "SHRUNK rank=" + std::to_string(r == 3 ? 2 : r) + " size=3"))
+        << p.dump();
+    EXPECT_TRUE(contains(out, "RECOVERED rank=" + std::to_string(r))) << p.dump();
+  }
+}
