@@ -19,12 +19,11 @@ bool equal_hosts(const CommHierarchy &h) {
 
 // Reduce-scatter on the host, allreduce of this rank's shard across hosts
 // straight into its place in recvbuf, allgather on the host from there.
-Task<Status> allreduce_shards(Coll &c, CommHierarchy &h) {
+Task<Status> allreduce_shards(Coll &c, CommHierarchy &h, size_t shard) {
   const CollArgs &g = c.args();
-  const uint32_t hosts_ranks = h.local->size(), i = h.local->rank();
-  const size_t shard = g.count / hosts_ranks, bytes = shard * c.esize();
+  const size_t bytes = shard * c.esize();
   auto *dst = static_cast<uint8_t *>(g.recvbuf);
-  uint8_t *mine = dst + size_t{i} * bytes;
+  uint8_t *mine = dst + size_t{h.local->rank()} * bytes;
   // The host's sum of shard i lands apart from recvbuf: in place, sendbuf
   // is recvbuf, and the other shards are still being read.
   PooledBuf host_sum = c.pool().checkout(bytes);
@@ -39,20 +38,38 @@ Task<Status> allreduce_shards(Coll &c, CommHierarchy &h) {
                                   {mine, dst, shard, g.dtype, g.op, 0}, allgather);
 }
 
-// Reduce to local rank 0, allreduce among local rank 0 of every host,
-// broadcast from local rank 0.
-Task<Status> allreduce_leaders(Coll &c, CommHierarchy &h) {
+// Elements [first, count) by the leaders: a reduce to local rank 0, an
+// allreduce among local rank 0 of every host, a broadcast from local rank 0.
+Task<Status> allreduce_leaders(Coll &c, CommHierarchy &h, size_t first) {
   const CollArgs &g = c.args();
-  Status s = co_await run_in_group(c, *h.local, 1, CollKind::Reduce,
-                                   {g.sendbuf, g.recvbuf, g.count, g.dtype, g.op, 0}, reduce);
+  const size_t off = first * c.esize(), count = g.count - first;
+  const void *src = static_cast<const uint8_t *>(g.sendbuf) + off;
+  void *dst = static_cast<uint8_t *>(g.recvbuf) + off;
+  Status s = co_await run_in_group(c, *h.local, 4, CollKind::Reduce,
+                                   {src, dst, count, g.dtype, g.op, 0}, reduce);
   if (!s) co_return s;
   if (h.local->rank() == 0) {
-    s = co_await run_in_group(c, *h.cross, 2, CollKind::Allreduce,
-                              {g.recvbuf, g.recvbuf, g.count, g.dtype, g.op, 0}, allreduce);
+    s = co_await run_in_group(c, *h.cross, 5, CollKind::Allreduce,
+                              {dst, dst, count, g.dtype, g.op, 0}, allreduce);
     if (!s) co_return s;
   }
-  co_return co_await run_in_group(c, *h.local, 3, CollKind::Broadcast,
-                                  {g.recvbuf, g.recvbuf, g.count, g.dtype, g.op, 0}, broadcast);
+  co_return co_await run_in_group(c, *h.local, 6, CollKind::Broadcast,
+                                  {dst, dst, count, g.dtype, g.op, 0}, broadcast);
+}
+
+// Hosts of one size L: the first multiple of L elements by shards, the rest
+// (fewer than L) by the leaders. Hosts of different sizes: all by the
+// leaders.
+Task<Status> allreduce_across(Coll &c, CommHierarchy &h) {
+  const size_t count = c.args().count;
+  const size_t shard = equal_hosts(h) ? count / h.local->size() : 0;
+  if (shard > 0) {
+    Status s = co_await allreduce_shards(c, h, shard);
+    if (!s) co_return s;
+  }
+  const size_t done = shard * h.local->size();
+  if (done == count) co_return Status();
+  co_return co_await allreduce_leaders(c, h, done);
 }
 
 // The position of host `host` among the hosts that have a rank at place g
@@ -113,11 +130,7 @@ Task<Status> on_groups(Coll &c, bool *ran, Body body) {
 }  // namespace
 
 Task<Status> hierarchical_allreduce(Coll &c, bool *ran) {
-  return on_groups(c, ran, [](Coll &c, CommHierarchy &h) -> Task<Status> {
-    const uint32_t hosts_ranks = h.local->size();
-    if (equal_hosts(h) && c.args().count % hosts_ranks == 0) return allreduce_shards(c, h);
-    return allreduce_leaders(c, h);
-  });
+  return on_groups(c, ran, allreduce_across);
 }
 
 Task<Status> hierarchical_broadcast(Coll &c, bool *ran) {

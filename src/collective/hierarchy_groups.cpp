@@ -21,7 +21,7 @@ using State = CommHierarchy::State;
 // algorithm's.
 constexpr uint32_t kExchangeStep = (1u << 24) - 64;
 // Collective numbers on a group: kPhases per collective of the communicator.
-constexpr uint64_t kPhases = 4;
+constexpr uint64_t kPhases = 8;
 
 // Bruck allgather of one record of rec bytes per rank: afterwards
 // all[i * rec ...] is the record of rank (me + i) mod n.
@@ -55,49 +55,73 @@ uint64_t group_id(uint64_t parent, char kind, uint32_t index) {
   return h ? h : 1;
 }
 
-// Hosts from every rank's set of same-host peers (itself included): each
-// set must be the same for all its members, else no host layout is agreed
-// and the result is false. Hosts are numbered by their lowest rank.
-bool hosts_from(const std::vector<std::vector<uint8_t>> &linked, CommHierarchy &h) {
-  const uint32_t n = static_cast<uint32_t>(linked.size());
+// What a rank says of its host: the lowest rank, the number of ranks and a
+// hash of the set of ranks it reaches through shared memory (itself
+// included).
+struct HostRecord {
+  uint32_t lowest, size;
+  uint64_t hash;
+};
+
+HostRecord record_of(const Communicator &comm, ShmHost &host, uint32_t me) {
+  HostRecord rec{me, 0, 0xcbf29ce484222325ull};
+  for (uint32_t r = 0; r < comm.size(); ++r) {
+    if (r != me && host.channel(comm.world_rank_of(r)) == nullptr) continue;
+    rec.lowest = std::min(rec.lowest, r);
+    ++rec.size;
+    for (int i = 0; i < 4; ++i) {
+      rec.hash ^= (r >> (8 * i)) & 0xff;
+      rec.hash *= 0x100000001b3ull;
+    }
+  }
+  return rec;
+}
+
+// Hosts from every rank's record, numbered by their lowest rank. The ranks
+// naming one lowest rank must all name the same set, of as many ranks as
+// there are of them, that rank among them: then that set is exactly those
+// ranks. Otherwise no layout is agreed (false).
+bool hosts_from(const std::vector<HostRecord> &recs, CommHierarchy &h) {
+  const uint32_t n = static_cast<uint32_t>(recs.size());
   const uint32_t unset = ~0u;
   h.host_of.assign(n, unset);
   h.local_index.assign(n, 0);
   h.host_size.clear();
+  std::vector<uint32_t> host_at(n, unset);  // by lowest rank
   for (uint32_t r = 0; r < n; ++r) {
-    if (h.host_of[r] != unset) continue;
-    const uint32_t host = static_cast<uint32_t>(h.host_size.size());
-    uint32_t size = 0;
-    for (uint32_t s = 0; s < n; ++s) {
-      if (!linked[r][s]) continue;
-      if (h.host_of[s] != unset || linked[s] != linked[r]) return false;
-      h.host_of[s] = host;
-      h.local_index[s] = size++;
+    const HostRecord &x = recs[r];
+    if (x.lowest > r) return false;  // every set holds its own rank
+    if (host_at[x.lowest] == unset) {
+      if (x.lowest != r) return false;  // the lowest rank comes first
+      host_at[x.lowest] = static_cast<uint32_t>(h.host_size.size());
+      h.host_size.push_back(0);
     }
-    if (h.host_of[r] != host) return false;  // r's own set must hold r
-    h.host_size.push_back(size);
+    const HostRecord &first = recs[x.lowest];
+    if (x.size != first.size || x.hash != first.hash) return false;
+    h.host_of[r] = host_at[x.lowest];
+    h.local_index[r] = h.host_size[h.host_of[r]]++;
   }
+  for (uint32_t r = 0; r < n; ++r)
+    if (h.host_size[h.host_of[r]] != recs[r].size) return false;
   return true;
 }
 
 // Decides the groups at the communicator's first collective that could use
-// them: every member sends which ranks it reaches through shared memory
+// them: every member says which ranks it reaches through shared memory
 // (those are on its host), so every member computes the same layout.
 Task<Status> decide(Coll &c, CommHierarchy &h) {
   Communicator &comm = *c.comm();
-  ShmHost &host = comm.client().shm();
   const uint32_t n = c.size(), me = c.rank();
-  std::vector<uint8_t> all(size_t{n} * n, 0);
-  for (uint32_t r = 0; r < n; ++r)
-    all[r] = r == me || host.channel(comm.world_rank_of(r)) != nullptr;
-  Status s = co_await exchange(c, all, n);
+  const size_t rec = sizeof(HostRecord);
+  std::vector<uint8_t> all(n * rec);
+  const HostRecord mine = record_of(comm, comm.client().shm(), me);
+  memcpy(all.data(), &mine, rec);
+  Status s = co_await exchange(c, all, rec);
   if (!s) co_return s;  // undecided: the next collective tries again
-  std::vector<std::vector<uint8_t>> linked(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint8_t *rec = all.data() + size_t{i} * n;
-    linked[(me + i) % n].assign(rec, rec + n);
-  }
-  const bool layout = hosts_from(linked, h);
+  std::vector<HostRecord> recs(n);
+  for (uint32_t i = 0; i < n; ++i)
+    memcpy(&recs[(me + i) % n], all.data() + i * rec, rec);
+  const bool layout = hosts_from(recs, h);
   const uint32_t most = layout ? *std::max_element(h.host_size.begin(), h.host_size.end()) : 0;
   h.state = layout && h.host_size.size() >= 2 && most >= 2 ? State::On : State::Off;
   LOG_DEBUG("communicator %llx rank %u: %zu hosts, collectives across hosts %s",

@@ -25,7 +25,7 @@ class Turn {
   bool held_ = false;
 };
 
-// Runs algorithm as collective `phase` (1 to 3) of c on group, with its own
+// Runs algorithm as collective `phase` (1 to 7) of c on group, with its own
 // operation so that a failure there is reported in c's numbering (the
 // failed rank and the message name this communicator's ranks); a failure of
 // c's operation ends it at once.
