@@ -4,6 +4,7 @@
 #include <coroutine>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "client/communicator.h"
@@ -106,12 +107,32 @@ bool hosts_from(const std::vector<HostRecord> &recs, CommHierarchy &h) {
   return true;
 }
 
+// Whether two members may share a host, from what every member knows alike
+// on a full mesh: each rank's host key, which it sent every peer when they
+// connected (empty with NEXAR_SHM=off). Only then is the layout worth an
+// exchange; a sparse mesh, where ranks do not hear from every member, has
+// no hierarchy.
+bool may_share_a_host(Communicator &comm) {
+  if (comm.client().topology().sparse()) return false;
+  std::vector<std::string> keys(comm.size());
+  for (uint32_t r = 0; r < comm.size(); ++r)
+    keys[r] = comm.client().shm().host_key_of(comm.world_rank_of(r));
+  std::sort(keys.begin(), keys.end());
+  for (size_t i = 1; i < keys.size(); ++i)
+    if (!keys[i].empty() && keys[i] == keys[i - 1]) return true;
+  return false;
+}
+
 // Decides the groups at the communicator's first collective that could use
 // them: every member says which ranks it reaches through shared memory
 // (those are on its host), so every member computes the same layout.
 Task<Status> decide(Coll &c, CommHierarchy &h) {
   Communicator &comm = *c.comm();
   const uint32_t n = c.size(), me = c.rank();
+  if (!may_share_a_host(comm)) {
+    h.state = State::Off;
+    co_return Status();
+  }
   const size_t rec = sizeof(HostRecord);
   std::vector<uint8_t> all(n * rec);
   const HostRecord mine = record_of(comm, comm.client().shm(), me);
