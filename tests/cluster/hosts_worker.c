@@ -123,7 +123,9 @@ static int bench(size_t count, int rounds, uint64_t *in, uint64_t *out) {
     if (s != NEXAR_OK) return fail("allreduce", s);
     if (k > 0) printf("TIME rank=%u us=%.0f\n", me, now_us() - t0);  // the first warms up
   }
-  return 0;
+  /* Nobody leaves while a peer still receives the last allreduce. */
+  nexar_status_t s = nexar_barrier(comm, NULL, NULL);
+  return s == NEXAR_OK ? 0 : fail("barrier", s);
 }
 
 static int run(uint64_t *in, uint64_t *out, size_t count) {
