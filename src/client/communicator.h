@@ -17,6 +17,7 @@
 #include "client/client.h"
 #include "client/collective_tracker.h"
 #include "client/comm_faults.h"
+#include "client/comm_hierarchy.h"
 #include "client/flight_recorder.h"
 #include "client/shm_coll_area.h"
 #include "engine/completion_queue.h"
@@ -69,6 +70,8 @@ class Communicator {
     int32_t waiting_on = -1;
   };
   ShmColl &shm_coll() { return shm_coll_; }
+  // Loop thread only: its groups for collectives across hosts.
+  CommHierarchy &hierarchy() { return hierarchy_; }
   // The member collective seq waits on here (a message it needs, or a
   // member's shared memory), or -1: what a stall report tells.
   int32_t waiting_on(uint64_t seq) const;
@@ -190,6 +193,8 @@ class Communicator {
   // of waiting for peers that will not come.
   Status ended_;
   ShmColl shm_coll_;
+  // Declared last: its internal communicators go first.
+  CommHierarchy hierarchy_;
 };
 
 }  // namespace nexar

@@ -472,6 +472,12 @@ ShmChannel *ShmHost::channel(uint32_t peer) const {
   return c && !c->closed() ? c : nullptr;
 }
 
+std::string ShmHost::host_key_of(uint32_t peer) const {
+  if (peer == client_.identity().rank) return host_key_;
+  if (peer >= pairs_.size() || !pairs_[peer] || !pairs_[peer]->offer_in) return {};
+  return pairs_[peer]->offer.host_key;
+}
+
 bool ShmHost::has_queued() const {
   for (ShmChannel *c : open_)
     if (!c->closed() && c->queued_bytes() > 0) return true;

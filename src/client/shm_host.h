@@ -67,6 +67,10 @@ class ShmHost : private ShmChannelHandler {
 
   // The open channel to peer, or null.
   ShmChannel *channel(uint32_t peer) const;
+  // The host key (boot id, network namespace, uid) world rank peer offered,
+  // or this rank's own: what every offer of that rank carries. Empty when
+  // its path is off (NEXAR_SHM=off) or no offer came from it.
+  std::string host_key_of(uint32_t peer) const;
   // Messages written into no ring yet (a leaving rank waits for them).
   bool has_queued() const;
   // An orderly end of every channel (the peers read a goodbye).

@@ -64,6 +64,7 @@
 
 #include "collective/collectives.h"
 #include "collective/forced_choice.h"
+#include "collective/hierarchical.h"
 #include "collective/mesh_shape.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
@@ -379,6 +380,8 @@ Task<Status> allreduce(Coll &c) {
   if (algo == Algo::Auto) {
     bool ran = false;
     Status s = co_await shm_allreduce(c, &ran);
+    if (ran) co_return s;
+    s = co_await hierarchical_allreduce(c, &ran);
     if (ran) co_return s;
     algo = auto_algo(c, v.bytes, mesh_shape(c));
   }

@@ -41,6 +41,7 @@
 
 #include "collective/collectives.h"
 #include "collective/forced_choice.h"
+#include "collective/hierarchical.h"
 #include "collective/mesh_shape.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
@@ -233,6 +234,8 @@ Task<Status> broadcast(Coll &c) {
   if (algo == Algo::Auto) {
     bool ran = false;
     Status s = co_await shm_broadcast(c, &ran);
+    if (ran) co_return s;
+    s = co_await hierarchical_broadcast(c, &ran);
     if (ran) co_return s;
   }
   const MeshShape shape = mesh_shape(c);

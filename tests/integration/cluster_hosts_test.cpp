@@ -219,3 +219,174 @@ TEST(ClusterHosts, KilledRankOnItsOwnHostIsNamedByEverySurvivor) {
     EXPECT_TRUE(contains(out, "RECOVERED rank=" + std::to_string(r))) << p.dump();
   }
 }
+
+namespace {
+
+// The number after "key=" on the first line of text that starts with
+// prefix (-1 if there is none).
+long long field(const std::string &text, const std::string &prefix, const std::string &key) {
+  size_t at = text.find(prefix);
+  if (at == std::string::npos) return -1;
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  at = line.find(" " + key + "=");
+  return at == std::string::npos ? -1 : std::stoll(line.substr(at + key.size() + 2));
+}
+
+}  // namespace
+
+namespace {
+
+// Runs tests/cluster/hosts_worker.c as 4 ranks on 2 hosts (rank r on host
+// r % 2, the seed on host 0) with env added; returns each rank's output
+// once all have ended well (empty after a failure, reported).
+std::vector<std::string> run_two_by_two(const Hosts &net, const std::string &port,
+                                        const Proc::Env &env) {
+  TempDir dir;
+  const std::string seed_addr = Hosts::ip(0) + ":" + port;
+  std::string addr;
+  auto seed = start_seed(
+      dir, "seed", {"--listen", seed_addr, "--world-size", "4", "--token-file", write_token(dir)},
+      &addr, {}, net.on(0));
+  if (addr != seed_addr) {
+    ADD_FAILURE() << seed->dump();
+    return {};
+  }
+  std::vector<std::unique_ptr<Proc>> ranks;
+  std::vector<Proc *> all{seed.get()};
+  for (int r = 0; r < 4; ++r) {
+    Proc::Env e = env;
+    e["NEXAR_SEED"] = seed_addr;
+    e["NEXAR_CLUSTER_TOKEN"] = kToken;
+    e["NEXAR_RANK"] = std::to_string(r);
+    ranks.push_back(std::make_unique<Proc>(dir, "rank" + std::to_string(r),
+                                           std::vector<std::string>{NEXAR_HOSTS_WORKER_BIN}, e,
+                                           net.on(r % 2)));
+    all.push_back(ranks.back().get());
+  }
+  std::vector<std::string> outs;
+  for (int r = 0; r < 4; ++r) {
+    Proc &p = *ranks[r];
+    if (!p.wait(60) || p.code() != 0 || !contains(p.out(), "DONE rank=" + std::to_string(r))) {
+      ADD_FAILURE() << dump_all(all);
+      return {};
+    }
+    outs.push_back(p.out());
+  }
+  return outs;
+}
+
+// The worker's default: 512 Ki u64 per measured allreduce and broadcast.
+constexpr long long kMeasuredBytes = 4 << 20;
+// Frames, acknowledgements and heartbeats: well under this.
+constexpr long long kSlack = 64 << 10;
+
+}  // namespace
+
+// 2 hosts x 2 ranks (ranks 0 and 2 on one, 1 and 3 on the other, the seed
+// with the first): allreduces and broadcasts run hierarchically
+// (collective/hierarchical.h) with exact results (tests/cluster/hosts_worker.c),
+// and the bytes each rank hands to QUIC are those of the scheme. An
+// allreduce of B bytes: the host's reduce-scatter and allgather stay on the
+// host, and each rank's shard of B/2 crosses once (the flat ring would send
+// 1.5 B per rank, all of it between hosts with this placement). A broadcast
+// from rank 2 (not first on its host): B crosses once, from the root to rank
+// 3, and each host broadcasts it on shared memory.
+TEST(ClusterHosts, TwoHostsOfTwoRanksCrossOncePerShard) {
+  Hosts net(2);
+  ASSERT_TRUE(net.ok()) << "separate hosts need network namespaces, and this machine refused: "
+                        << net.error();
+  const uint32_t root = 2;
+  const std::vector<std::string> outs =
+      run_two_by_two(net, "29502", {{"HOSTS_WORKER_ROOT", std::to_string(root)}});
+  ASSERT_EQ(outs.size(), 4u);
+  const long long bytes = kMeasuredBytes;
+  for (int r = 0; r < 4; ++r) {
+    const std::string &out = outs[r];
+    const std::string me = "rank=" + std::to_string(r);
+    const std::string ar = "STATS " + me + " op=allreduce", bc = "STATS " + me + " op=broadcast";
+    ASSERT_EQ(field(out, ar, "bytes"), bytes) << out;
+    const long long quic = field(out, ar, "quic");
+    EXPECT_GE(quic, bytes / 2) << out;
+    EXPECT_LE(quic, bytes / 2 + kSlack) << out;
+    // The local phases: messages through the pair's shared-memory channel,
+    // or collectives on shared memory (2: reduce-scatter and allgather).
+    EXPECT_TRUE(field(out, ar, "shm") >= bytes - kSlack || field(out, ar, "shm_collectives") == 2)
+        << out;
+    const long long bquic = field(out, bc, "quic");
+    if (r == static_cast<int>(root)) {
+      EXPECT_GE(bquic, bytes) << out;
+      EXPECT_LE(bquic, bytes + kSlack) << out;
+    } else {
+      EXPECT_GE(bquic, 0) << out;
+      EXPECT_LE(bquic, kSlack) << out;
+    }
+    EXPECT_EQ(field(out, bc, "shm_collectives"), 1) << out;
+  }
+}
+
+// The same with NEXAR_SHM=off: no rank reaches another through shared
+// memory, so the flat algorithms run, every byte over QUIC (the allreduce:
+// 2 B (p-1)/p = 1.5 B per rank), with the same exact results.
+TEST(ClusterHosts, TwoHostsOfTwoRanksWithoutSharedMemoryAreFlat) {
+  Hosts net(2);
+  ASSERT_TRUE(net.ok()) << "separate hosts need network namespaces, and this machine refused: "
+                        << net.error();
+  const std::vector<std::string> outs = run_two_by_two(net, "29504", {{"NEXAR_SHM", "off"}});
+  ASSERT_EQ(outs.size(), 4u);
+  const long long bytes = kMeasuredBytes;
+  for (int r = 0; r < 4; ++r) {
+    const std::string &out = outs[r];
+    const std::string ar = "STATS rank=" + std::to_string(r) + " op=allreduce";
+    const long long quic = field(out, ar, "quic");
+    EXPECT_GE(quic, bytes * 3 / 2) << out;
+    EXPECT_LE(quic, bytes * 3 / 2 + kSlack) << out;
+    EXPECT_EQ(field(out, ar, "shm"), 0) << out;
+    EXPECT_EQ(field(out, ar, "shm_collectives"), 0) << out;
+  }
+}
+
+// The same 2 hosts x 2 ranks: rank 2 is killed with SIGKILL mid-allreduce
+// (tests/cluster/failure_worker.c). Every survivor's allreduce, which runs
+// its phases on the hosts' groups, fails with NEXAR_ERR_PEER_FAILED naming
+// rank 2 in the communicator's numbering; they shrink to 3 (hosts of 1 and
+// 2 ranks) and finish further allreduces with exact results.
+TEST(ClusterHosts, KilledRankOfTwoHostsOfTwoIsNamedByEverySurvivor) {
+  Hosts net(2);
+  ASSERT_TRUE(net.ok()) << "separate hosts need network namespaces, and this machine refused: "
+                        << net.error();
+  TempDir dir;
+  const std::string seed_addr = Hosts::ip(0) + ":29503";
+  std::string addr;
+  auto seed = start_seed(
+      dir, "seed", {"--listen", seed_addr, "--world-size", "4", "--token-file", write_token(dir)},
+      &addr, {}, net.on(0));
+  ASSERT_EQ(addr, seed_addr) << seed->dump();
+  std::vector<std::unique_ptr<Proc>> ranks;
+  std::vector<Proc *> all{seed.get()};
+  for (int r = 0; r < 4; ++r) {
+    ranks.push_back(std::make_unique<Proc>(dir, "rank" + std::to_string(r),
+                                           std::vector<std::string>{NEXAR_FAILURE_WORKER_BIN},
+                                           Proc::Env{{"NEXAR_SEED", seed_addr},
+                                                     {"NEXAR_CLUSTER_TOKEN", kToken},
+                                                     {"NEXAR_RANK", std::to_string(r)},
+                                                     {"FAILURE_WORKER_COUNT", "65536"},
+                                                     {"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
+                                                     {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}},
+                                           net.on(r % 2)));
+    all.push_back(ranks.back().get());
+  }
+  for (auto &p : ranks)
+    ASSERT_TRUE(p->wait_output("RUNNING rank=", 60)) << dump_all(all);
+  ranks[2]->signal(SIGKILL);
+  for (int r : {0, 1, 3}) {
+    Proc &p = *ranks[r];
+    ASSERT_TRUE(p.wait(60)) << dump_all(all);
+    EXPECT_EQ(p.code(), 0) << p.dump();
+    const std::string out = p.out();
+    EXPECT_TRUE(contains(out, "FAILED rank=" + std::to_string(r) + " status=-5 failed_rank=2 "))
+        << p.dump();
+    EXPECT_TRUE(contains(out, "SHRUNK rank=" + std::to_string(r == 3 ? 2 : r) + " size=3"))
+        << p.dump();
+    EXPECT_TRUE(contains(out, "RECOVERED rank=" + std::to_string(r))) << p.dump();
+  }
+}
