@@ -99,6 +99,11 @@ class ShmCollArea {
   // Rings every other member whose loop sleeps.
   void ring_all() const;
 
+  // The bytes a member copies or reduces per ticket of the running
+  // collective (0: a few): how long a wait on a peer's step may poll.
+  uint64_t step_bytes() const { return step_bytes_; }
+  void set_step_bytes(uint64_t bytes) { step_bytes_ = bytes; }
+
   // Tickets: the next one of this communicator (the same on every member).
   uint64_t take_tickets(uint64_t n) {
     const uint64_t t = next_ticket_;
@@ -123,6 +128,7 @@ class ShmCollArea {
   uint64_t offset_;
   std::vector<Member> members_;
   uint64_t next_ticket_ = 0;
+  uint64_t step_bytes_ = 0;
 };
 
 }  // namespace nexar

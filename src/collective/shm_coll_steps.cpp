@@ -27,6 +27,7 @@ constexpr uint32_t kSetupMagic = 0x4c4f4353;  // "SCOL"
 
 // How long a wait polls the peers' counters before it sleeps.
 constexpr uint64_t kSpinBeforeSleepNs = 50'000;
+constexpr uint64_t kMaxStepSpinNs = 1'000'000;
 
 struct SetupMessage {
   uint32_t magic;
@@ -53,8 +54,10 @@ Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, 
   // A peer publishes within microseconds once it runs: poll a little before
   // paying for a sleep and a wake-up. Each poll yields the core, so with
   // more members than cores the peers that still have to publish get it.
-  const uint64_t spin_ns =
-      std::max<uint64_t>(kSpinBeforeSleepNs, uint64_t{c.config().spin_us} * 1000);
+  // A peer that copies or reduces a large step takes longer than a sleep
+  // and a wake-up: poll through it (about a nanosecond per byte).
+  const uint64_t spin_ns = std::max({kSpinBeforeSleepNs, std::min(a.step_bytes(), kMaxStepSpinNs),
+                                     uint64_t{c.config().spin_us} * 1000});
   const uint64_t spin_until = now_ns() + spin_ns;
   while (late >= 0 && now_ns() < spin_until) {
     sched_yield();
@@ -241,6 +244,7 @@ Task<Status> on_shared_memory(Coll &c, bool *ran, ShmBody body) {
     co_return s;
   }
   *ran = true;
+  a->set_step_bytes(0);
   c.note_algorithm("shm");
   a->host().count_collective();
   s = co_await body(c, *a);

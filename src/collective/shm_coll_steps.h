@@ -22,7 +22,9 @@ constexpr uint64_t kByReferenceMinBytes = 64 << 10;
 // running at once on different tickets.
 uint64_t pipeline_chunk_bytes(uint64_t bytes, size_t esize);
 
-// Waits until every member's (or only member's) counter k reaches value.
+// Waits until every member's (or only member's) counter k reaches value:
+// polls first (longer for a collective that set the area's step bytes),
+// then sleeps until rung.
 // doing says what a late member did not do, for a timeout's message.
 Task<Status> wait_for(Coll &c, const ShmCollArea &a, ShmCollArea::Counter k, uint64_t value,
                       const char *doing, int32_t only = -1);

@@ -17,6 +17,7 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
   const uint64_t bytes = uint64_t{g.count} * c.esize();
   const uint64_t chunk = pipeline_chunk_bytes(bytes, c.esize());
   const uint64_t chunks = (bytes + chunk - 1) / chunk;
+  a.set_step_bytes(std::min(chunk, bytes));
   const uint64_t t0 = a.take_tickets(chunks);
   auto *buf = static_cast<uint8_t *>(g.recvbuf);
   const uint32_t root = g.root;

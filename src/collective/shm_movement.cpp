@@ -162,6 +162,7 @@ Task<Status> Movement::run() {
   if (blocks_ * part_ > ShmCollArea::kSlotBytes)
     co_return error(NEXAR_ERR_INVALID_ARGUMENT,
                     format("%s: %u members are too many for shared memory", c_.what(), n_));
+  a_.set_step_bytes(blocks_ * std::min(part_, block_));
   copy_own_before();
   t0_ = a_.take_tickets(1);
   Status s;
@@ -199,6 +200,7 @@ Task<Status> Movement::run() {
   // Every publisher's data where it lies: one ticket, one part of each block.
   if (all_whole) part_ = block_;
   const uint64_t tickets = all_whole ? 1 : chunked_tickets_;
+  a_.set_step_bytes(blocks_ * std::min(part_, block_));
   if (tickets > 1) a_.take_tickets(tickets - 1);
   for (uint64_t k = 0; k < tickets; ++k) {
     const uint64_t t = t0_ + k;

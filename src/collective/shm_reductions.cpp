@@ -51,6 +51,7 @@ Task<Status> reduce_from_copies(Coll &c, ShmCollArea &a, ReductionOrder order, R
   const size_t esize = c.esize();
   const size_t per_chunk = std::max<size_t>(1, ShmCollArea::kSlotBytes / esize);
   const uint64_t chunks = (g.count + per_chunk - 1) / per_chunk;
+  a.set_step_bytes(std::min<uint64_t>(per_chunk, g.count) * esize);
   const uint64_t t0 = a.take_tickets(chunks);
   const auto *src = static_cast<const uint8_t *>(g.sendbuf);
   auto chunk_count = [&](uint64_t k) {
@@ -92,6 +93,7 @@ Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, Reduct
   const uint32_t n = c.size(), me = c.rank();
   const size_t per_chunk = pipeline_chunk_bytes(uint64_t{g.count} * esize, esize) / esize;
   const uint64_t chunks = (g.count + per_chunk - 1) / per_chunk;
+  a.set_step_bytes(std::min<uint64_t>(per_chunk, g.count) * esize);
   const uint64_t t0 = a.take_tickets(chunks);
   const auto *src = static_cast<const uint8_t *>(g.sendbuf);
   auto *dst = static_cast<uint8_t *>(g.recvbuf);
@@ -176,6 +178,7 @@ Task<Status> reduce_scatter_body(Coll &c, ShmCollArea &a) {
   const uint32_t n = c.size(), me = c.rank();
   const size_t per_piece = std::max<size_t>(1, ShmCollArea::kSlotBytes / esize / n);
   const uint64_t tickets = (block + per_piece - 1) / per_piece;
+  a.set_step_bytes(std::min<uint64_t>(per_piece, block) * esize * n);
   const uint64_t t0 = a.take_tickets(tickets);
   const auto *src = static_cast<const uint8_t *>(g.sendbuf);
   auto *dst = static_cast<uint8_t *>(g.recvbuf);
