@@ -175,17 +175,15 @@ TEST(ClusterHosts, SeedAndWorkersInSeparateNetworkNamespaces) {
   }
 }
 
-// 4 ranks on 4 hosts (the seed with rank 0) run allreduces with checked
-// results (tests/cluster/failure_worker.c); rank 2 is killed with SIGKILL
-// mid-allreduce. Every survivor's allreduce fails with NEXAR_ERR_PEER_FAILED
-// naming rank 2 (not a survivor that gave up first); they shrink to 3 and
-// finish further allreduces with exact results.
-TEST(ClusterHosts, KilledRankOnItsOwnHostIsNamedByEverySurvivor) {
-  Hosts net(4);
-  ASSERT_TRUE(net.ok()) << "separate hosts need network namespaces, and this machine refused: "
-                        << net.error();
+namespace {
+
+// 4 failure workers (tests/cluster/failure_worker.c) through a seed on host
+// 0 listening on port, rank r on host host_of(r), extra in their
+// environment; rank 2 is killed with SIGKILL mid-allreduce. Every survivor
+// names rank 2, shrinks to 3 and recovers.
+void kill_rank_2_of_4(Hosts &net, int port, int (*host_of)(int), const Proc::Env &extra) {
   TempDir dir;
-  const std::string seed_addr = Hosts::ip(0) + ":29501";
+  const std::string seed_addr = Hosts::ip(0) + ":" + std::to_string(port);
   std::string addr;
   auto seed = start_seed(
       dir, "seed", {"--listen", seed_addr, "--world-size", "4", "--token-file", write_token(dir)},
@@ -194,14 +192,15 @@ TEST(ClusterHosts, KilledRankOnItsOwnHostIsNamedByEverySurvivor) {
   std::vector<std::unique_ptr<Proc>> ranks;
   std::vector<Proc *> all{seed.get()};
   for (int r = 0; r < 4; ++r) {
+    Proc::Env env{{"NEXAR_SEED", seed_addr},
+                  {"NEXAR_CLUSTER_TOKEN", kToken},
+                  {"NEXAR_RANK", std::to_string(r)},
+                  {"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
+                  {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}};
+    env.insert(extra.begin(), extra.end());
     ranks.push_back(std::make_unique<Proc>(dir, "rank" + std::to_string(r),
-                                           std::vector<std::string>{NEXAR_FAILURE_WORKER_BIN},
-                                           Proc::Env{{"NEXAR_SEED", seed_addr},
-                                                     {"NEXAR_CLUSTER_TOKEN", kToken},
-                                                     {"NEXAR_RANK", std::to_string(r)},
-                                                     {"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
-                                                     {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}},
-                                           net.on(r)));
+                                           std::vector<std::string>{NEXAR_FAILURE_WORKER_BIN}, env,
+                                           net.on(host_of(r))));
     all.push_back(ranks.back().get());
   }
   for (auto &p : ranks)
@@ -218,6 +217,20 @@ TEST(ClusterHosts, KilledRankOnItsOwnHostIsNamedByEverySurvivor) {
         << p.dump();
     EXPECT_TRUE(contains(out, "RECOVERED rank=" + std::to_string(r))) << p.dump();
   }
+}
+
+}  // namespace
+
+// 4 ranks on 4 hosts (the seed with rank 0) run allreduces with checked
+// results (tests/cluster/failure_worker.c); rank 2 is killed with SIGKILL
+// mid-allreduce. Every survivor's allreduce fails with NEXAR_ERR_PEER_FAILED
+// naming rank 2 (not a survivor that gave up first); they shrink to 3 and
+// finish further allreduces with exact results.
+TEST(ClusterHosts, KilledRankOnItsOwnHostIsNamedByEverySurvivor) {
+  Hosts net(4);
+  ASSERT_TRUE(net.ok()) << "separate hosts need network namespaces, and this machine refused: "
+                        << net.error();
+  kill_rank_2_of_4(net, 29501, [](int r) { return r; }, {});
 }
 
 namespace {
@@ -354,39 +367,5 @@ TEST(ClusterHosts, KilledRankOfTwoHostsOfTwoIsNamedByEverySurvivor) {
   Hosts net(2);
   ASSERT_TRUE(net.ok()) << "separate hosts need network namespaces, and this machine refused: "
                         << net.error();
-  TempDir dir;
-  const std::string seed_addr = Hosts::ip(0) + ":29503";
-  std::string addr;
-  auto seed = start_seed(
-      dir, "seed", {"--listen", seed_addr, "--world-size", "4", "--token-file", write_token(dir)},
-      &addr, {}, net.on(0));
-  ASSERT_EQ(addr, seed_addr) << seed->dump();
-  std::vector<std::unique_ptr<Proc>> ranks;
-  std::vector<Proc *> all{seed.get()};
-  for (int r = 0; r < 4; ++r) {
-    ranks.push_back(std::make_unique<Proc>(dir, "rank" + std::to_string(r),
-                                           std::vector<std::string>{NEXAR_FAILURE_WORKER_BIN},
-                                           Proc::Env{{"NEXAR_SEED", seed_addr},
-                                                     {"NEXAR_CLUSTER_TOKEN", kToken},
-                                                     {"NEXAR_RANK", std::to_string(r)},
-                                                     {"FAILURE_WORKER_COUNT", "65536"},
-                                                     {"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
-                                                     {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}},
-                                           net.on(r % 2)));
-    all.push_back(ranks.back().get());
-  }
-  for (auto &p : ranks)
-    ASSERT_TRUE(p->wait_output("RUNNING rank=", 60)) << dump_all(all);
-  ranks[2]->signal(SIGKILL);
-  for (int r : {0, 1, 3}) {
-    Proc &p = *ranks[r];
-    ASSERT_TRUE(p.wait(60)) << dump_all(all);
-    EXPECT_EQ(p.code(), 0) << p.dump();
-    const std::string out = p.out();
-    EXPECT_TRUE(contains(out, "FAILED rank=" + std::to_string(r) + " status=-5 failed_rank=2 "))
-        << p.dump();
-    EXPECT_TRUE(contains(out, "SHRUNK rank=" + std::to_string(r == 3 ? 2 : r) + " size=3"))
-        << p.dump();
-    EXPECT_TRUE(contains(out, "RECOVERED rank=" + std::to_string(r))) << p.dump();
-  }
+  kill_rank_2_of_4(net, 29503, [](int r) { return r % 2; }, {{"FAILURE_WORKER_COUNT", "65536"}});
 }
