@@ -9,7 +9,6 @@
 #include "client/flight_recorder.h"
 #include "client/shm_host.h"
 #include "client/shm_wait.h"
-#include "collective/schedule.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "engine/spawn.h"

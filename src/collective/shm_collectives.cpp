@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "client/shm_coll_area.h"
 #include "collective/shm_coll_steps.h"
