@@ -18,7 +18,7 @@ set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_ALL runtime dev tools)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
-set(CPACK_STRIP_FILES ON)  # built RelWithDebInfo (-O2 -g); shipped stripped
+set(CPACK_STRIP_FILES ON)  # built Release (scripts/build.sh); shipped stripped
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # dpkg-shlibdeps must find libnexar.so.0 for the tools; their dependency on
 # it is stated below (it has no shlibs file until libnexar0 is installed).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Debian packages into build-deb/ (libnexar0, libnexar-dev,
-# nexar-tools; see packaging/debian.cmake): a RelWithDebInfo build for
+# nexar-tools; see packaging/debian.cmake): a Release build for
 # /usr without the tests, then cpack, which strips the files and takes the
 # dependencies from dpkg-shlibdeps. libnexar0 is then rebuilt without the
 # postinst and postrm CPack adds to run ldconfig: its ldconfig trigger
@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh dpkg-dev file
-BUILD_TYPE=RelWithDebInfo scripts/build.sh build-deb -DCMAKE_INSTALL_PREFIX=/usr \
+scripts/build.sh build-deb -DCMAKE_INSTALL_PREFIX=/usr \
   -DNEXAR_BUILD_TESTS=OFF >/dev/null
 rm -f build-deb/*.deb
 (cd build-deb && cpack -G DEB >/dev/null)

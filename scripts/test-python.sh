@@ -28,13 +28,26 @@ run_with() {
                  --find-links "$wheels" --force-reinstall --no-deps nexar)
   if ! "${install[@]}" 2>/dev/null; then
     "$venv/bin/python" -m pip wheel --disable-pip-version-check --no-deps -w "$wheels" \
-      -C build-dir="$PWD/build-python/wheel-$name" ./bindings/python
+      "${wheel_build[@]}" -C build-dir="$PWD/build-wheel-$name" ./bindings/python
     "${install[@]}"
   fi
   # From the tests' directory, so that `import nexar` is the installed package.
   (cd bindings/python && timeout 900 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
      --timeout 120 tests)
 }
+
+# Through ccache when it is there, with the flags of scripts/build.sh's
+# build/ (Release, warnings as errors) and a build directory as deep as it is,
+# so that the library's objects come from build/ instead of compiling again.
+# (ccache hashes the compiler's name: the wheel's build would pick g++, CMake's
+# own default is c++.)
+wheel_build=(-C cmake.define.NEXAR_WERROR=ON
+             -C cmake.define.CMAKE_CXX_COMPILER="$(command -v "${CXX:-c++}")")
+if command -v ccache >/dev/null; then
+  wheel_build+=(-C cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache
+                -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+fi
 
 first="$(command -v python3)"
 run_with "$first" path
