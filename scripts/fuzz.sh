@@ -2,8 +2,9 @@
 # Coverage-guided fuzzing of every decoder of bytes from the network
 # (tests/fuzz/): builds each harness with clang's libFuzzer under
 # AddressSanitizer + UndefinedBehaviorSanitizer into build-fuzz/, then runs
-# each for the given seconds (default 30), one after the other.
-#   scripts/fuzz.sh [seconds] [harness...]
+# each for the given seconds (default 30), or for a number of executions
+# (the long run), one after the other.
+#   scripts/fuzz.sh [seconds | --runs N] [harness...]
 # Inputs found that add coverage are kept in build-fuzz/corpus/<harness>/ (a
 # later run goes on from them); the seed corpora in tests/fuzz/corpus/ are
 # only read. An input that crashes a harness is written to
@@ -11,8 +12,12 @@
 # tests/fuzz/regressions/<harness>/, ctest replays it in every build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${1:-30}"
-shift || true
+# How long each harness runs: libFuzzer's -max_total_time or -runs.
+if [ "${1:-}" = "--runs" ]; then
+  budget=(-runs="$2"); shift 2
+else
+  budget=(-max_total_time="${1:-30}"); shift || true
+fi
 scripts/install-deps.sh clang libclang-rt-14-dev llvm python3
 harnesses=("$@")
 if [ ${#harnesses[@]} -eq 0 ]; then
@@ -74,7 +79,7 @@ for h in "${harnesses[@]}"; do
   mkdir -p "$work" "$crashes"
   log="$dir/fuzz-$h.log"
   result=ok
-  if ! "$dir/fuzz_$h" -max_total_time="$seconds" -max_len=8192 -timeout=10 \
+  if ! "$dir/fuzz_$h" "${budget[@]}" -max_len=8192 -timeout=10 \
       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$crashes/" \
       "$work" "tests/fuzz/corpus/$h" >"$log" 2>&1; then
     result="FAILED: $(ls "$crashes" | head -3 | tr '\n' ' ')(log: $log)"
