@@ -242,12 +242,12 @@ void SeedClient::report_error(const Status &s) {
   wait_until(deadline_after(kReadyAckMs), [&] { return delivered_; });
 }
 
-void SeedClient::report_ready(uint32_t rank) {
+void SeedClient::report_ready(uint32_t rank, uint64_t world_id) {
   {
     std::lock_guard<std::mutex> g(mu_);
     delivered_ = false;
   }
-  loop_.run_sync([&] { send(wire::MeshReady{rank}, &delivered_listener_); });
+  loop_.run_sync([&] { send(wire::MeshReady{rank, world_id}, &delivered_listener_); });
   wait_until(deadline_after(kReadyAckMs), [&] { return delivered_; });
 }
 
@@ -623,7 +623,7 @@ Status form_welcomed(const Config &cfg, const wire::Welcome &welcome, gnutls_x50
     rank_client->shutdown();
     return s;
   }
-  seed.report_ready(t.rank);
+  seed.report_ready(t.rank, t.cluster_id);
   if (settled && !seed.take_formed(deadline_after(cfg.connect_timeout_ms + kGrowVerdictMarginMs))) {
     // The seed gave this world up (a participant was lost, or it welcomes
     // again without a lost joiner), or never answered: leave it.

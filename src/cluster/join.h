@@ -86,7 +86,7 @@ class SeedClient : public ConnectionHandler {
   // Tells the seed that something went wrong on this side (best effort).
   void report_error(const Status &s);
   // Tells the seed this rank's mesh formed; waits (bounded) for delivery.
-  void report_ready(uint32_t rank);
+  void report_ready(uint32_t rank, uint64_t world_id);
   // Closes the connection and stops the thread (idempotent).
   void close();
 

@@ -493,7 +493,7 @@ void Seed::handle_ready(Member *m, const wire::MeshReady &r) {
     LOG_DEBUG("%s reports a grown mesh the seed gave up: ignored", m->describe().c_str());
     return;
   }
-  if (m->state != Member::State::Welcomed || r.rank != m->rank) {
+  if (m->state != Member::State::Welcomed || r.rank != m->rank || r.world_id != cluster_id_) {
     m->conn->close(1, error(NEXAR_ERR_PROTOCOL, "unexpected MeshReady"));
     return;
   }

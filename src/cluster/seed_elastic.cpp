@@ -159,6 +159,14 @@ void Seed::round_ready(Member *m, const wire::MeshReady &ready) {
     m->conn->close(1, error(NEXAR_ERR_PROTOCOL, "unexpected MeshReady during a grow"));
     return;
   }
+  if (ready.world_id != r->new_world) {
+    // Formed an earlier attempt of this grow, before this one's Welcome
+    // reached it: its report for the new world will follow.
+    LOG_DEBUG("%s reports world %016llx, not this grow's %016llx: ignored", m->describe().c_str(),
+              static_cast<unsigned long long>(ready.world_id),
+              static_cast<unsigned long long>(r->new_world));
+    return;
+  }
   ++r->ready;
   if (r->ready == r->members.size() + r->joiners.size()) end_round(r);
 }
@@ -219,16 +227,10 @@ void Seed::elastic_closed(Member *m, Member::State prev, const std::string &why)
     r->joiners.erase(std::find(r->joiners.begin(), r->joiners.end(), m));
     LOG_WARN("joiner %s was lost during a grow (%s): not admitted", m->describe().c_str(),
              why.c_str());
-    if (r->ready == 0) {
-      // Nobody formed the grown mesh yet: welcome the others again without it.
-      welcome_round(r);
-    } else {
-      // Some did, with it; their reports cannot be told from the next
-      // attempt's: the grow fails, and the members grow again.
-      fail_round(r, NEXAR_ERR_ABORTED, -1,
-                 format("joiner %s was lost after the grown mesh formed (%s); grow again",
-                        m->describe().c_str(), why.c_str()));
-    }
+    // Welcome the others again without it, under a new world id: those that
+    // formed the grown mesh with it leave that world, and their reports of it
+    // still in flight are told apart by the id (round_ready).
+    welcome_round(r);
   } else if (r) {
     m->round = 0;
     auto at = std::find(r->members.begin(), r->members.end(), m);

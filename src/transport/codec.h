@@ -350,15 +350,19 @@ struct Welcome {
   bool operator==(const Welcome &) const = default;
 };
 
-// Worker -> seed: its mesh is complete.
+// Worker -> seed: its mesh is complete. world_id is the cluster_id of the
+// Welcome it formed: a report from an earlier attempt of a grow, still in
+// flight when the seed welcomed again, must not count for the new one.
 struct MeshReady {
   static constexpr uint8_t kType = 0x24;
   static constexpr std::string_view kName = "MeshReady";
   uint32_t rank = 0;
+  uint64_t world_id = 0;
 
   template <class M, class F>
   static void fields(M &m, F &&f) {
     f("rank", m.rank);
+    f("world_id", m.world_id);
   }
   bool operator==(const MeshReady &) const = default;
 };

@@ -60,7 +60,9 @@
 //       the seed's --ca-dir. "die-after-welcome" exits abruptly once it has
 //       its rank; "report-failure:STATUS:RANK" tells the seed, once it has its
 //       rank, that its mesh failed with that status because of that rank (any
-//       numbers), prints "PROBE_REPORTED" and exits.
+//       numbers), prints "PROBE_REPORTED" and exits; "die-after-mesh" forms
+//       its mesh, then exits abruptly without telling the seed (as --rank -1,
+//       a joiner of an elastic world: it waits for a grow's welcome).
 //
 //   nexar-cluster-probe slow-joiner --seed ADDR [--seconds S]
 //       See hostile_peer.h.
@@ -221,6 +223,8 @@ int impostor(int argc, char **argv) {
   cfg.seed_address = arg(argc, argv, "--seed");
   cfg.cluster_token = arg(argc, argv, "--token");
   cfg.rank = atoi(arg(argc, argv, "--rank").c_str());
+  cfg.elastic = cfg.rank < 0;  // a joiner: only an elastic world takes one
+  cfg.join_timeout_ms = 60000;
   cfg.connect_timeout_ms = 20000;
   const uint32_t target_rank = static_cast<uint32_t>(atoi(arg(argc, argv, "--target").c_str()));
   const std::string what = arg(argc, argv, "--attack");
@@ -255,6 +259,7 @@ int impostor(int argc, char **argv) {
   wire::Welcome w;
   JoinTicket t;
   s = client.join(seed, local, req, &w);
+  if (s && client.joins_running_world()) client.settle();
   if (s) s = accept_welcome(w, key.get(), adv, cfg.rank, &t);
   if (!s) {
     printf("PROBE_FAILED %s\n", s.message.c_str());
@@ -284,7 +289,13 @@ int impostor(int argc, char **argv) {
     printf("PROBE_FAILED mesh: %s\n", s.message.c_str());
     return 3;
   }
-  client.report_ready(t.rank);
+  if (what == "die-after-mesh") {
+    // Lost between its mesh and its report: the others may have reported.
+    printf("PROBE_DYING_FORMED rank=%u\n", t.rank);
+    fflush(stdout);
+    _exit(9);
+  }
+  client.report_ready(t.rank, t.cluster_id);
   client.close();
   printf("PROBE_JOINED rank=%u size=%u ca=%s\n", t.rank, t.world_size, t.ca_fingerprint.c_str());
   fflush(stdout);

@@ -275,7 +275,7 @@ TEST(JoinMessages, RoundTripAndLimits) {
       wire::JoinRequest{1, std::string(32, 'y'), -1, 0, "10.0.0.1:1", "csr", "host", 42},
       wire::JoinAdmitted{1, 3},
       w,
-      wire::MeshReady{2},
+      wire::MeshReady{2, 0x0123456789abcdefULL},
       wire::JoinError{NEXAR_ERR_AUTH, -1, "no"}};
   for (const auto &m : msgs) {
     auto enc = wire::encode_control(m);

@@ -192,6 +192,35 @@ TEST(ElasticProcesses, JoinerKilledDuringGrowIsNotAdmitted) {
   job.expect_done(j, "DONE rank=2 size=3");
 }
 
+// The joiner dies after the grown mesh formed, before it told the seed: the
+// members have reported that world already. The seed welcomes the others
+// again without it, under a new world id (their earlier reports cannot count
+// for it), and the grow completes.
+TEST(ElasticProcesses, JoinerLostAfterTheGrownMeshFormedIsNotAdmitted) {
+  ElasticJob job(2);
+  const std::string member = "check,pending:2,waitfile:" + (job.dir / "go") + ",grow:2,check";
+  Proc &m0 = job.start("m0", member, 0);
+  Proc &m1 = job.start("m1", member, 1);
+  ASSERT_TRUE(m0.wait_output("CHECK rank=0 size=2", 60)) << dump_all(job.all);
+  job.procs.push_back(std::make_unique<Proc>(
+      job.dir, "doomed",
+      std::vector<std::string>{NEXAR_PROBE_BIN, "impostor", "--seed", job.addr, "--token", kToken,
+                               "--rank", "-1", "--target", "0", "--attack", "die-after-mesh"},
+      Proc::Env{{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"}, {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}}));
+  Proc &doomed = *job.procs.back();
+  job.all.push_back(&doomed);
+  Proc &j = job.start("j", "check", -1);
+  ASSERT_TRUE(m0.wait_output("PENDING rank=0 count=2", 60)) << dump_all(job.all);
+  ASSERT_TRUE(m1.wait_output("PENDING rank=1 count=2", 60)) << dump_all(job.all);
+  job.go();
+  ASSERT_TRUE(doomed.wait_output("PROBE_DYING_FORMED", 60)) << dump_all(job.all);
+  job.expect_done(m0, "DONE rank=0 size=3");
+  job.expect_done(m1, "DONE rank=1 size=3");
+  job.expect_done(j, "DONE rank=2 size=3");
+  EXPECT_TRUE(contains(job.seed->err(), "was lost during a grow")) << job.seed->dump();
+  EXPECT_TRUE(contains(job.seed->out(), "took in 1 joiner(s), now 3 ranks")) << job.seed->dump();
+}
+
 TEST(ElasticProcesses, SeedGoneGrowFailsClearlyAndTheWorldGoesOn) {
   ElasticJob job(2);
   const std::string member = "check,waitfile:" + (job.dir / "go") + ",grow:1,continue,check";
