@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/copy.h"
 #include "core/log.h"
 #include "core/reduce.h"
 
@@ -155,7 +156,7 @@ void RecvWait::combine(uint64_t off, const uint8_t *incoming, size_t elems) {
 
 void RecvWait::take(uint64_t off, const uint8_t *data, size_t len) {
   if (!combine_.own) {
-    memcpy(buf_ + off, data, len);
+    copy_bytes(buf_ + off, data, len);
     return;
   }
   // Bytes arrive in order, so only the element at a delivery's edge can be

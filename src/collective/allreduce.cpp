@@ -69,6 +69,7 @@
 #include "collective/ring.h"
 #include "collective/schedule.h"
 #include "collective/shm_collectives.h"
+#include "core/copy.h"
 #include "core/log.h"
 #include "core/reduce.h"
 
@@ -202,7 +203,7 @@ Task<Status> direct(Coll &c) {
   // an in-place call (src == dst) may overwrite dst below.
   PooledBuf all = c.pool().checkout(static_cast<size_t>(v.bytes) * n);
   auto vector_of = [&](uint32_t r) { return all.data() + size_t{r} * v.bytes; };
-  memcpy(vector_of(me), v.src, v.bytes);
+  copy_bytes(vector_of(me), v.src, v.bytes);
   std::vector<Task<Status>> moves;
   moves.reserve(2 * size_t{n - 1});
   // Rank me + 1 first: every rank starts with a different peer.

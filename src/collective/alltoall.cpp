@@ -29,6 +29,7 @@
 #include "collective/collectives.h"
 #include "collective/over_links.h"
 #include "collective/shm_collectives.h"
+#include "core/copy.h"
 
 namespace nexar {
 namespace {
@@ -45,7 +46,7 @@ Task<Status> alltoall(Coll &c) {
   const uint8_t *send = static_cast<const uint8_t *>(c.args().sendbuf);
   uint8_t *recv = static_cast<uint8_t *>(c.args().recvbuf);
   if (n == 1) {
-    if (send != recv) memcpy(recv, send, block);
+    if (send != recv) copy_bytes(recv, send, block);
     co_return Status();
   }
   bool ran = false;
@@ -55,10 +56,10 @@ Task<Status> alltoall(Coll &c) {
   if (send == recv) {
     // Blocks arrive into the memory still to be sent: send from a copy.
     copy = c.pool().checkout(static_cast<size_t>(block * n));
-    memcpy(copy.data(), send, static_cast<size_t>(block * n));
+    copy_bytes(copy.data(), send, static_cast<size_t>(block * n));
     send = copy.data();
   } else {
-    memcpy(recv + me * block, send + me * block, block);
+    copy_bytes(recv + me * block, send + me * block, block);
   }
   // A sparse mesh: every block along its shortest path of links, forwarded
   // by the ranks on the way (forward_over_links.cpp), not by the relay.

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "collective/collectives.h"
+#include "core/copy.h"
 #include "core/dtype.h"
 
 namespace nexar {
@@ -34,7 +35,7 @@ struct Staging {
     uint8_t *dst = buffer_of(k);
     for (size_t i = b.first_piece; i < b.first_piece + b.pieces; ++i) {
       const BucketPiece &p = call.plan.pieces[i];
-      memcpy(dst, at(p), p.count * esize);
+      copy_bytes(dst, at(p), p.count * esize);
       dst += p.count * esize;
     }
   }
@@ -43,7 +44,7 @@ struct Staging {
     const uint8_t *src = buffer_of(k);
     for (size_t i = b.first_piece; i < b.first_piece + b.pieces; ++i) {
       const BucketPiece &p = call.plan.pieces[i];
-      memcpy(at(p), src, p.count * esize);
+      copy_bytes(at(p), src, p.count * esize);
       src += p.count * esize;
     }
   }

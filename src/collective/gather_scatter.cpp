@@ -37,6 +37,7 @@
 #include "collective/collectives.h"
 #include "collective/over_links.h"
 #include "collective/shm_collectives.h"
+#include "core/copy.h"
 
 namespace nexar {
 namespace {
@@ -73,7 +74,7 @@ Task<Status> gather_flat(Coll &c, uint64_t block) {
   const uint32_t n = c.size(), root = c.args().root;
   if (c.rank() != root) co_return co_await c.send(root, 0, c.args().sendbuf, block);
   uint8_t *recv = static_cast<uint8_t *>(c.args().recvbuf);
-  memmove(recv + root * block, c.args().sendbuf, block);
+  move_bytes(recv + root * block, c.args().sendbuf, block);
   std::vector<Task<Status>> arrivals;
   arrivals.reserve(n - 1);
   for (uint32_t r = 0; r < n; ++r)
@@ -95,7 +96,7 @@ Task<Status> gather_tree(Coll &c, uint64_t block) {
     tmp = c.pool().checkout(static_cast<size_t>(mine * block));
     buf = tmp.data();
   }
-  memmove(buf, send, block);
+  move_bytes(buf, send, block);
   std::vector<Task<Status>> children;
   for (uint32_t m = 1; m < ext && t.v + m < t.n; m <<= 1)
     children.push_back(c.recv(t.real(t.v + m), 0, buf + m * block, t.blocks(t.v + m, m) * block));
@@ -104,8 +105,8 @@ Task<Status> gather_tree(Coll &c, uint64_t block) {
   if (t.v != 0) co_return co_await c.send(t.real(t.v - ext), 0, buf, mine * block);
   if (buf != recv) {
     // Virtual rank j is rank (j + root) mod N.
-    memcpy(recv + t.root * block, buf, (t.n - t.root) * block);
-    memcpy(recv, buf + (t.n - t.root) * block, t.root * block);
+    copy_bytes(recv + t.root * block, buf, (t.n - t.root) * block);
+    copy_bytes(recv, buf + (t.n - t.root) * block, t.root * block);
   }
   co_return Status();
 }
@@ -121,7 +122,7 @@ Task<Status> scatter_flat(Coll &c, uint64_t block) {
     if (r != root) departures.push_back(c.send(r, 0, send + r * block, block));
   Status s = co_await when_all(c.op(), std::move(departures));
   if (!s) co_return s;
-  memmove(recv, send + root * block, block);
+  move_bytes(recv, send + root * block, block);
   co_return Status();
 }
 
@@ -143,8 +144,8 @@ Task<Status> scatter_tree(Coll &c, uint64_t block) {
   } else if (t.root != 0) {
     // Virtual rank j is rank (j + root) mod N.
     tmp = c.pool().checkout(static_cast<size_t>(t.n * block));
-    memcpy(tmp.data(), send + t.root * block, (t.n - t.root) * block);
-    memcpy(tmp.data() + (t.n - t.root) * block, send, t.root * block);
+    copy_bytes(tmp.data(), send + t.root * block, (t.n - t.root) * block);
+    copy_bytes(tmp.data() + (t.n - t.root) * block, send, t.root * block);
     buf = tmp.data();
   }
   std::vector<Task<Status>> children;
@@ -152,7 +153,7 @@ Task<Status> scatter_tree(Coll &c, uint64_t block) {
     children.push_back(c.send(t.real(t.v + m), 0, buf + m * block, t.blocks(t.v + m, m) * block));
   Status s = co_await when_all(c.op(), std::move(children));
   if (!s) co_return s;
-  memmove(recv, buf, block);  // after the sends: the root's recvbuf may overlap its sendbuf
+  move_bytes(recv, buf, block);  // after the sends: the root's recvbuf may overlap its sendbuf
   co_return Status();
 }
 
@@ -162,7 +163,7 @@ Task<Status> gather(Coll &c) {
   const uint64_t block = static_cast<uint64_t>(c.args().count) * c.esize();
   if (block == 0) co_return Status();
   if (c.size() == 1) {
-    memmove(c.args().recvbuf, c.args().sendbuf, block);
+    move_bytes(c.args().recvbuf, c.args().sendbuf, block);
     co_return Status();
   }
   bool ran = false;
@@ -179,7 +180,7 @@ Task<Status> scatter(Coll &c) {
   const uint64_t block = static_cast<uint64_t>(c.args().count) * c.esize();
   if (block == 0) co_return Status();
   if (c.size() == 1) {
-    memmove(c.args().recvbuf, c.args().sendbuf, block);
+    move_bytes(c.args().recvbuf, c.args().sendbuf, block);
     co_return Status();
   }
   bool ran = false;

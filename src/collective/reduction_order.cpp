@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "collective/schedule.h"
+#include "core/copy.h"
 #include "core/reduce.h"
 
 namespace nexar {
@@ -58,7 +59,7 @@ class Expression {
     void run(uint32_t node, uint8_t *out, uint32_t depth) {
       const Node &n = ex.nodes_[node];
       if (const uint8_t *x = leaf_of(node)) {
-        memcpy(out, x, len * in.esize);
+        copy_bytes(out, x, len * in.esize);
         return;
       }
       const uint8_t *a = leaf_of(n.left), *b = leaf_of(n.right);

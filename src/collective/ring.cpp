@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/copy.h"
 #include "engine/event_loop.h"
 #include "engine/spawn.h"
 
@@ -113,7 +114,7 @@ Task<Status> ring_units(Coll &c, uint32_t phase, uint32_t steps, uint32_t segs, 
 }  // namespace
 
 void copy_unless_same(void *dst, const void *src, size_t bytes) {
-  if (bytes && dst != src) std::memmove(dst, src, bytes);
+  if (bytes && dst != src) move_bytes(dst, src, bytes);
 }
 
 uint32_t ring_segments(const Coll &c, uint32_t steps, size_t max_block, bool reduces) {

@@ -31,6 +31,7 @@
 
 #include "collective/collectives.h"
 #include "collective/shm_collectives.h"
+#include "core/copy.h"
 #include "core/reduce.h"
 
 namespace nexar {
@@ -46,7 +47,7 @@ Task<Status> scan(Coll &c) {
     if (ran) co_return s;
   }
   uint8_t *acc = static_cast<uint8_t *>(a.recvbuf);
-  if (a.sendbuf != a.recvbuf) memcpy(acc, a.sendbuf, bytes);
+  if (a.sendbuf != a.recvbuf) copy_bytes(acc, a.sendbuf, bytes);
   PooledBuf tmp;
   if (me > 0) tmp = c.pool().checkout(static_cast<size_t>(bytes));
   uint32_t round = 0;
@@ -95,7 +96,7 @@ Task<Status> exscan(Coll &c) {
     if (have_result) {
       reduce_out(result, tmp.data(), result, a.count, a.dtype, a.op);
     } else {
-      memcpy(result, tmp.data(), bytes);
+      copy_bytes(result, tmp.data(), bytes);
       have_result = true;
     }
   }

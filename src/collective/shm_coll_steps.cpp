@@ -10,6 +10,7 @@
 #include "client/shm_host.h"
 #include "client/shm_wait.h"
 #include "core/clock.h"
+#include "core/copy.h"
 #include "core/log.h"
 #include "engine/spawn.h"
 
@@ -113,7 +114,7 @@ Task<Status> publish(Coll &c, ShmCollArea &a, uint64_t t, const void *src, uint6
   if (by_reference && bytes >= kByReferenceMinBytes && a.in_own_heap(src, bytes, &offset)) {
     a.host().count_by_reference(bytes);
   } else {
-    if (bytes) memcpy(a.own_slot(t), src, bytes);
+    if (bytes) copy_bytes(a.own_slot(t), src, bytes);
     offset = a.own_slot_offset(t);
   }
   announce(c, a, t, offset, bytes);

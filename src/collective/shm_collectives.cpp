@@ -5,6 +5,7 @@
 
 #include "client/shm_coll_area.h"
 #include "collective/shm_coll_steps.h"
+#include "core/copy.h"
 
 namespace nexar {
 namespace {
@@ -32,7 +33,7 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
       if (!s) co_return s;
       const uint8_t *data = nullptr;
       if (!(s = published_data(c, a, root, t, len, &data))) co_return s;
-      memcpy(buf + off, data, len);
+      copy_bytes(buf + off, data, len);
     }
     finish_ticket(a, t);
   }

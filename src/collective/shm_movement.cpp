@@ -20,6 +20,7 @@
 #include "collective/ring.h"
 #include "collective/shm_coll_steps.h"
 #include "collective/shm_collectives.h"
+#include "core/copy.h"
 
 namespace nexar {
 namespace {
@@ -106,9 +107,9 @@ void Movement::copy_own_before() {
   if (kind_ == CollKind::Allgather)
     copy_unless_same(dst_ + me_ * block_, src_, block_);
   else if (kind_ == CollKind::Gather && me_ == root_)
-    memmove(dst_ + me_ * block_, src_, block_);
+    move_bytes(dst_ + me_ * block_, src_, block_);
   else if (kind_ == CollKind::Alltoall && src_ != dst_)
-    memcpy(dst_ + me_ * block_, src_ + me_ * block_, block_);
+    copy_bytes(dst_ + me_ * block_, src_ + me_ * block_, block_);
 }
 
 Task<Status> Movement::publish_part(uint64_t k) {
@@ -123,7 +124,7 @@ Task<Status> Movement::publish_part(uint64_t k) {
   uint8_t *slot = a_.own_slot(t);
   const uint64_t l = len(k);
   for (uint32_t i = 0; i < blocks_; ++i)
-    if (blocks_ == 1 || i != me_) memcpy(slot + i * l, src_ + i * block_ + k * part_, l);
+    if (blocks_ == 1 || i != me_) copy_bytes(slot + i * l, src_ + i * block_ + k * part_, l);
   announce(c_, a_, t, a_.own_slot_offset(t), part_bytes(k));
   co_return Status();
 }
@@ -145,7 +146,7 @@ Status Movement::check_part(uint32_t r, uint64_t k) {
 void Movement::copy_part(uint32_t r, uint64_t k) {
   const uint64_t i = blocks_ == 1 ? 0 : me_;
   const uint8_t *from = whole_[r] ? data_[r] + i * block_ + k * part_ : data_[r] + i * len(k);
-  memcpy(dst_ + r * dst_stride_ + k * part_, from, len(k));
+  copy_bytes(dst_ + r * dst_stride_ + k * part_, from, len(k));
 }
 
 // A publisher ends once its readers have finished: they may still read its
@@ -219,7 +220,7 @@ Task<Status> Movement::run() {
   }
   if (!(s = co_await wait_at_end(t0_ + tickets))) co_return s;
   // Scatter's root keeps its block last: its buffers may overlap.
-  if (kind_ == CollKind::Scatter && me_ == root_) memmove(dst_, src_ + root_ * block_, block_);
+  if (kind_ == CollKind::Scatter && me_ == root_) move_bytes(dst_, src_ + root_ * block_, block_);
   co_return Status();
 }
 

@@ -13,6 +13,7 @@
 #include "collective/schedule.h"
 #include "collective/shm_coll_steps.h"
 #include "collective/shm_collectives.h"
+#include "core/copy.h"
 
 namespace nexar {
 namespace {
@@ -128,8 +129,8 @@ Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, Reduct
       s = co_await wait_for(c, a, ShmCollArea::kReduced, t + 1, "reduce its slice");
       if (!s) co_return s;
       for (uint32_t r = 0; r < n; ++r)
-        memcpy(dst + first * esize + slices.offset(r) * esize, a.result(r, t),
-               slices.length(r) * esize);
+        copy_bytes(dst + first * esize + slices.offset(r) * esize, a.result(r, t),
+                   slices.length(r) * esize);
     }
     finish_ticket(a, t);
   }
@@ -189,7 +190,7 @@ Task<Status> reduce_scatter_body(Coll &c, ShmCollArea &a) {
     const size_t len = piece_count(k) * esize;
     uint8_t *slot = a.own_slot(t);
     for (uint32_t b = 0; b < n; ++b)
-      memcpy(slot + b * len, src + (b * block + k * per_piece) * esize, len);
+      copy_bytes(slot + b * len, src + (b * block + k * per_piece) * esize, len);
     announce(c, a, t, a.own_slot_offset(t), len * n);
     co_return Status();
   };

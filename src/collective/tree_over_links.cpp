@@ -17,6 +17,7 @@
 
 #include "collective/collectives.h"
 #include "collective/over_links.h"
+#include "core/copy.h"
 
 namespace nexar {
 namespace {
@@ -66,7 +67,7 @@ Task<Status> gather_over_links(Coll &c, MemberRoutes &routes, uint64_t block) {
   const uint64_t run = t.span[me] * block;
   PooledBuf tmp = c.pool().checkout(static_cast<size_t>(run));
   uint8_t *buf = tmp.data();
-  memcpy(buf, own, block);  // before anything arrives: the root's may lie in recvbuf
+  copy_bytes(buf, own, block);  // before anything arrives: the root's may lie in recvbuf
   std::vector<Task<Status>> arrivals;
   for (uint32_t k : t.kids[me])
     arrivals.push_back(c.recv(k, 0, buf + t.offset(me, k, block), t.span[k] * block));
@@ -75,7 +76,7 @@ Task<Status> gather_over_links(Coll &c, MemberRoutes &routes, uint64_t block) {
   if (me != root) co_return co_await c.send(routes.next_hop(me, root), 0, buf, run);
   auto *recv = static_cast<uint8_t *>(c.args().recvbuf);
   for (uint32_t i = 0; i < t.order.size(); ++i)
-    memcpy(recv + t.order[i] * block, buf + i * block, block);
+    copy_bytes(recv + t.order[i] * block, buf + i * block, block);
   co_return Status();
 }
 
@@ -91,7 +92,7 @@ Task<Status> scatter_over_links(Coll &c, MemberRoutes &routes, uint64_t block) {
   if (me == root) {
     const auto *send = static_cast<const uint8_t *>(c.args().sendbuf);
     for (uint32_t i = 0; i < t.order.size(); ++i)
-      memcpy(buf + i * block, send + t.order[i] * block, block);
+      copy_bytes(buf + i * block, send + t.order[i] * block, block);
   } else {
     Status s = co_await c.recv(routes.next_hop(me, root), 0, buf, run);
     if (!s) co_return s;
@@ -101,7 +102,7 @@ Task<Status> scatter_over_links(Coll &c, MemberRoutes &routes, uint64_t block) {
     departures.push_back(c.send(k, 0, buf + t.offset(me, k, block), t.span[k] * block));
   Status s = co_await when_all(c.op(), std::move(departures));
   if (!s) co_return s;
-  memcpy(recv, buf, block);
+  copy_bytes(recv, buf, block);
   co_return Status();
 }
 

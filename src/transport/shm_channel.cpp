@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/copy.h"
 #include "core/log.h"
 #include "transport/shm_socket.h"
 
@@ -55,8 +56,8 @@ void ShmChannel::write_ring(const uint8_t *src, uint64_t n) {
   const uint64_t at = out_tail_local_ & out_mask_;
   const uint64_t first = std::min(n, out_mask_ + 1 - at);
   if (src) {
-    memcpy(out_ring_ + at, src, first);
-    memcpy(out_ring_, src + first, n - first);
+    copy_bytes(out_ring_ + at, src, first);
+    copy_bytes(out_ring_, src + first, n - first);
   } else {
     memset(out_ring_ + at, 0, first);
     memset(out_ring_, 0, n - first);
@@ -211,8 +212,8 @@ bool ShmChannel::peer_available(uint64_t *n) {
 void ShmChannel::read_ring(uint8_t *dst, uint64_t n) {
   const uint64_t at = in_head_local_ & in_mask_;
   const uint64_t first = std::min(n, in_mask_ + 1 - at);
-  memcpy(dst, peer_.ring() + at, first);
-  memcpy(dst + first, peer_.ring(), n - first);
+  copy_bytes(dst, peer_.ring() + at, first);
+  copy_bytes(dst + first, peer_.ring(), n - first);
   in_head_local_ += n;
 }
 
