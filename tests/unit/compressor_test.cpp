@@ -107,6 +107,37 @@ TEST(TopkSelect, DoublesMatchTheReference) {
   }
 }
 
+// Vectors long enough for the sampled threshold: spread values (the sample's
+// candidates hold the k largest), values with a tied majority at the top
+// (too many candidates: the full selection), NaNs and infinities.
+TEST(TopkSelect, LongVectorsMatchTheReference) {
+  std::mt19937_64 rng(13);
+  const size_t n = (size_t{1} << 20) + 3;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> small(-6, 6);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<float> v(n);
+    for (auto &x : v)
+      x = round == 1 ? static_cast<float>(small(rng)) : normal(rng);
+    if (round == 2)
+      for (size_t i = 0; i < n; i += 997)
+        v[i] = i < n / 2 ? NAN : -INFINITY;  // NaNs first: the reference ties them
+    for (size_t k : {size_t{1}, size_t{1000}, n / 100, n / 20}) {
+      std::vector<uint32_t> got;
+      select_topk(v.data(), n, k, &got);
+      ASSERT_EQ(got, reference_topk(v, k)) << "k " << k << " round " << round;
+    }
+  }
+  std::normal_distribution<double> wide(0.0, 5.0);
+  std::vector<double> d(n);
+  for (auto &x : d)
+    x = wide(rng);
+  d[10] = d[20] = -d[30];
+  std::vector<uint32_t> got;
+  select_topk(d.data(), n, n / 100, &got);
+  EXPECT_EQ(got, reference_topk(d, n / 100));
+}
+
 TEST(RandomPositions, SameSeedAndCallSamePositionsOtherwiseDifferent) {
   std::vector<uint32_t> a, b, c, d;
   random_positions(42, 3, 100000, 1000, &a);
