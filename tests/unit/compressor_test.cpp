@@ -202,6 +202,44 @@ TEST(Compressor, ErrorFeedbackConservesMassInEveryDtype) {
   }
 }
 
+// Long tensors: TopK gathers its candidates while adding the residual; the
+// kept positions are still exactly the reference's, call after call, and so
+// are the residuals.
+template <class Acc>
+void check_long_topk(nexar_dtype_t dtype) {
+  const size_t n = (size_t{1} << 20) + 5;
+  std::unique_ptr<Compressor> z;
+  ASSERT_TRUE(Compressor::create(NEXAR_COMPRESS_TOPK, 0.01, n, dtype, 3, &z).ok());
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t esize = dtype == NEXAR_DTYPE_F64 ? 8 : dtype == NEXAR_DTYPE_F32 ? 4 : 2;
+  for (int call = 0; call < 3; ++call) {
+    std::vector<Acc> v(n);
+    memcpy(v.data(), z->residual(), n * sizeof(Acc));
+    std::vector<uint8_t> input(n * esize);
+    for (size_t i = 0; i < n; ++i) {
+      narrow<Acc>(input.data(), i, static_cast<Acc>(normal(rng)), dtype);
+      v[i] += widen<Acc>(input.data(), i, dtype);
+    }
+    CompressedPart part;
+    z->compress(input.data(), &part);
+    ASSERT_EQ(part.index, reference_topk(v, z->k())) << "call " << call;
+    const Acc *after = static_cast<const Acc *>(z->residual());
+    size_t j = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const bool kept = j < part.index.size() && part.index[j] == i;
+      const Acc sent = kept ? widen<Acc>(part.values.data(), j++, dtype) : Acc(0);
+      ASSERT_EQ(sent + after[i], v[i]) << "element " << i << " call " << call;
+    }
+  }
+}
+
+TEST(Compressor, LongTopkTensorsKeepTheReferencePositions) {
+  check_long_topk<float>(NEXAR_DTYPE_F32);
+  check_long_topk<double>(NEXAR_DTYPE_F64);
+  check_long_topk<float>(NEXAR_DTYPE_BF16);
+}
+
 TEST(Compressor, RejectsBadParameters) {
   std::unique_ptr<Compressor> z;
   EXPECT_EQ(Compressor::create(3, 0.1, 10, NEXAR_DTYPE_F32, 0, &z).code,
