@@ -202,14 +202,15 @@ TEST(Compressor, ErrorFeedbackConservesMassInEveryDtype) {
   }
 }
 
-// Long tensors: TopK gathers its candidates while adding the residual; the
-// kept positions are still exactly the reference's, call after call, and so
-// are the residuals.
+// Long tensors, compressed block by block as the residual is added (TopK
+// gathering candidates, RandomK taking its values): the kept positions are
+// still exactly the reference's, call after call, and the residuals keep
+// what was not sent.
 template <class Acc>
-void check_long_topk(nexar_dtype_t dtype) {
+void check_long(int32_t kind, nexar_dtype_t dtype) {
   const size_t n = (size_t{1} << 20) + 5;
   std::unique_ptr<Compressor> z;
-  ASSERT_TRUE(Compressor::create(NEXAR_COMPRESS_TOPK, 0.01, n, dtype, 3, &z).ok());
+  ASSERT_TRUE(Compressor::create(kind, 0.01, n, dtype, 3, &z).ok());
   std::mt19937_64 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const size_t esize = dtype == NEXAR_DTYPE_F64 ? 8 : dtype == NEXAR_DTYPE_F32 ? 4 : 2;
@@ -223,7 +224,12 @@ void check_long_topk(nexar_dtype_t dtype) {
     }
     CompressedPart part;
     z->compress(input.data(), &part);
-    ASSERT_EQ(part.index, reference_topk(v, z->k())) << "call " << call;
+    std::vector<uint32_t> want;
+    if (kind == NEXAR_COMPRESS_TOPK)
+      want = reference_topk(v, z->k());
+    else
+      random_positions(3, static_cast<uint64_t>(call), n, z->k(), &want);
+    ASSERT_EQ(part.index, want) << "call " << call;
     const Acc *after = static_cast<const Acc *>(z->residual());
     size_t j = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -234,10 +240,12 @@ void check_long_topk(nexar_dtype_t dtype) {
   }
 }
 
-TEST(Compressor, LongTopkTensorsKeepTheReferencePositions) {
-  check_long_topk<float>(NEXAR_DTYPE_F32);
-  check_long_topk<double>(NEXAR_DTYPE_F64);
-  check_long_topk<float>(NEXAR_DTYPE_BF16);
+TEST(Compressor, LongTensorsKeepTheReferencePositions) {
+  check_long<float>(NEXAR_COMPRESS_TOPK, NEXAR_DTYPE_F32);
+  check_long<double>(NEXAR_COMPRESS_TOPK, NEXAR_DTYPE_F64);
+  check_long<float>(NEXAR_COMPRESS_TOPK, NEXAR_DTYPE_BF16);
+  check_long<float>(NEXAR_COMPRESS_RANDOMK, NEXAR_DTYPE_F32);
+  check_long<float>(NEXAR_COMPRESS_RANDOMK, NEXAR_DTYPE_F16);
 }
 
 TEST(Compressor, RejectsBadParameters) {

@@ -104,39 +104,52 @@ void add_block(Acc *v, const void *input, size_t first, size_t count, nexar_dtyp
 
 template <class Acc>
 void Compressor::compress_as(const void *input, std::vector<Acc> &residual, CompressedPart *part) {
-  // residual becomes input + residual: the vector to compress. TopK on a
-  // long vector gathers its candidates block by block as the add passes.
+  // residual becomes input + residual: the vector to compress, in blocks
+  // that stay in cache between the add and what follows it: TopK on a long
+  // vector gathers its candidates, RandomK (positions known beforehand)
+  // takes its kept values.
+  constexpr size_t kBlock = 4096;
   Acc *v = residual.data();
-  if (kind_ == CompressKind::TopK) {
-    TopkCandidates<Acc> candidates(count_, k_);
-    if (candidates.active()) {
-      std::vector<Acc> sample;
-      for (size_t at : candidates.sample_positions())
-        sample.push_back(v[at] + input_at<Acc>(input, at, dtype_));
-      candidates.set_sample(sample.data());
-    }
-    constexpr size_t kBlock = 4096;  // stays in cache between add and scan
+  const size_t esize = dtype_size(dtype_);
+  // Sends element j of the index; what stays behind is the rounding of a
+  // kept f16/bf16 value (exact in f32), nothing for f32 and f64, never an
+  // infinity's NaN.
+  auto keep = [&](size_t j) {
+    Acc &x = v[part->index[j]];
+    const Acc rest = x - narrow(part->values.data(), j, x, dtype_);
+    x = std::isfinite(rest) ? rest : Acc(0);
+  };
+  if (kind_ == CompressKind::RandomK) {
+    random_positions(seed_, calls_, count_, k_, &part->index);
+    part->values.resize(part->index.size() * esize);
+    size_t j = 0;
     for (size_t first = 0; first < count_; first += kBlock) {
       const size_t len = std::min(kBlock, count_ - first);
       add_block(v, input, first, len, dtype_);
-      if (candidates.active()) candidates.scan(v, first, len);
+      for (; j < part->index.size() && part->index[j] < first + len; ++j)
+        keep(j);
     }
-    if (!candidates.select(v, &part->index)) select_topk_exhaustive(v, count_, k_, &part->index);
-  } else {
-    add_block(v, input, 0, count_, dtype_);
-    random_positions(seed_, calls_, count_, k_, &part->index);
+    return;
   }
-  const size_t esize = dtype_size(dtype_);
+  TopkCandidates<Acc> candidates(count_, k_);
+  if (candidates.active()) {
+    std::vector<Acc> sample;
+    for (size_t at : candidates.sample_positions())
+      sample.push_back(v[at] + input_at<Acc>(input, at, dtype_));
+    candidates.set_sample(sample.data());
+  }
+  for (size_t first = 0; first < count_; first += kBlock) {
+    const size_t len = std::min(kBlock, count_ - first);
+    add_block(v, input, first, len, dtype_);
+    if (candidates.active()) candidates.scan(v, first, len);
+  }
+  if (!candidates.select(v, &part->index)) select_topk_exhaustive(v, count_, k_, &part->index);
   part->values.resize(part->index.size() * esize);
   const size_t kept = part->index.size();
   constexpr size_t kAhead = 16;  // positions are far apart: fetch ahead
   for (size_t j = 0; j < kept; ++j) {
     if (j + kAhead < kept) __builtin_prefetch(&v[part->index[j + kAhead]], 1);
-    // What stays behind: the rounding of a kept f16/bf16 value (exact in
-    // f32), nothing for f32 and f64; never an infinity's NaN.
-    Acc &x = v[part->index[j]];
-    const Acc rest = x - narrow(part->values.data(), j, x, dtype_);
-    x = std::isfinite(rest) ? rest : Acc(0);
+    keep(j);
   }
 }
 
