@@ -112,7 +112,8 @@ Pairs sum_block(const Coll &c, const std::vector<Pairs> &in) {
 }
 
 // Writes out (count elements) in one forward pass: zeros up to each pair's
-// position, then its value. Pairs come ascending, list after list.
+// position, then its value. Pairs come ascending, list after list; one that
+// does not (a peer's list out of order) only overwrites its own element.
 class DenseWriter {
  public:
   DenseWriter(void *out, size_t count, size_t esize)
@@ -120,12 +121,15 @@ class DenseWriter {
   void put(const uint32_t *index, const uint8_t *values, size_t m) {
     for (size_t i = 0; i < m; ++i) {
       const size_t at = index[i];
-      memset(out_ + next_ * esize_, 0, (at - next_) * esize_);
+      if (at >= next_) {
+        memset(out_ + next_ * esize_, 0, (at - next_) * esize_);
+        next_ = at + 1;
+      }
       memcpy(out_ + at * esize_, values + i * esize_, esize_);
-      next_ = at + 1;
     }
   }
-  ~DenseWriter() { memset(out_ + next_ * esize_, 0, (count_ - next_) * esize_); }
+  // Zeros after the last pair.
+  void finish() { memset(out_ + next_ * esize_, 0, (count_ - next_) * esize_); }
 
  private:
   uint8_t *out_;
@@ -164,6 +168,7 @@ Task<Status> topk_exchange(Coll &c, const CompressedPart *part, void *recvbuf) {
   DenseWriter out(recvbuf, part->count, esize);
   for (const Pairs &p : unions)
     out.put(p.index(), p.values(), p.m);
+  out.finish();
   co_return s;
 }
 
@@ -174,6 +179,7 @@ Task<Status> randomk_exchange(Coll &c, const CompressedPart *part, void *recvbuf
   const size_t esize = c.esize();
   DenseWriter out(recvbuf, part->count, esize);
   out.put(part->index.data(), static_cast<const uint8_t *>(c.args().recvbuf), part->index.size());
+  out.finish();
   co_return s;
 }
 
