@@ -111,31 +111,6 @@ Pairs sum_block(const Coll &c, const std::vector<Pairs> &in) {
   return pack_pairs(index.data(), values.data(), index.size(), c.esize());
 }
 
-// Writes out (count elements) in one forward pass: zeros up to each pair's
-// position, then its value. Pairs come ascending, list after list; one that
-// does not (a peer's list out of order) only overwrites its own element.
-class DenseWriter {
- public:
-  DenseWriter(void *out, size_t count, size_t esize)
-      : out_(static_cast<uint8_t *>(out)), count_(count), esize_(esize) {}
-  void put(const uint32_t *index, const uint8_t *values, size_t m) {
-    for (size_t i = 0; i < m; ++i) {
-      const size_t at = index[i];
-      if (at >= next_) {
-        memset(out_ + next_ * esize_, 0, (at - next_) * esize_);
-        next_ = at + 1;
-      }
-      memcpy(out_ + at * esize_, values + i * esize_, esize_);
-    }
-  }
-  // Zeros after the last pair.
-  void finish() { memset(out_ + next_ * esize_, 0, (count_ - next_) * esize_); }
-
- private:
-  uint8_t *out_;
-  size_t count_, esize_, next_ = 0;
-};
-
 Task<Status> topk_exchange(Coll &c, const CompressedPart *part, void *recvbuf) {
   const uint32_t n = c.size(), me = c.rank();
   const size_t esize = c.esize();
@@ -164,11 +139,11 @@ Task<Status> topk_exchange(Coll &c, const CompressedPart *part, void *recvbuf) {
   s = co_await exchange(c, kPhaseGatherCount, mine, &unions, blocks, false);
   if (!s || c.op()->failed()) co_return s;
   unions[me] = std::move(owned);
-  // Block j's union holds positions of block j only: ascending over all j.
-  DenseWriter out(recvbuf, part->count, esize);
+  memset(recvbuf, 0, part->count * esize);
+  uint8_t *out = static_cast<uint8_t *>(recvbuf);
   for (const Pairs &p : unions)
-    out.put(p.index(), p.values(), p.m);
-  out.finish();
+    for (uint64_t i = 0; i < p.m; ++i)
+      memcpy(out + size_t{p.index()[i]} * esize, p.values() + i * esize, esize);
   co_return s;
 }
 
@@ -177,9 +152,11 @@ Task<Status> randomk_exchange(Coll &c, const CompressedPart *part, void *recvbuf
   Status s = co_await allreduce(c);
   if (!s || c.op()->failed()) co_return s;
   const size_t esize = c.esize();
-  DenseWriter out(recvbuf, part->count, esize);
-  out.put(part->index.data(), static_cast<const uint8_t *>(c.args().recvbuf), part->index.size());
-  out.finish();
+  const uint8_t *sums = static_cast<const uint8_t *>(c.args().recvbuf);
+  uint8_t *out = static_cast<uint8_t *>(recvbuf);
+  memset(out, 0, part->count * esize);
+  for (size_t j = 0; j < part->index.size(); ++j)
+    memcpy(out + size_t{part->index[j]} * esize, sums + j * esize, esize);
   co_return s;
 }
 
