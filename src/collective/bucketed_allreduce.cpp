@@ -1,7 +1,8 @@
 // Two staging buffers of the longest bucket's size alternate: bucket k is
 // reduced in buffer k % 2 while buffer (k+1) % 2 first gives bucket k-1's
 // result back to its tensors and then receives bucket k+1's pieces. A bucket
-// of one piece is read straight from its tensor (no packing); its result
+// whose pieces lie one after the other in memory (one piece, or tensors cut
+// from one flat buffer) is read straight from there (no packing); its result
 // still lands in staging, so that a bucket that fails leaves its tensors as
 // they were.
 #include "collective/bucketed_allreduce.h"
@@ -24,14 +25,23 @@ struct Staging {
     return static_cast<uint8_t *>(call.tensors[p.tensor]) + p.offset * esize;
   }
   uint8_t *buffer_of(size_t k) { return buf[k % 2].data(); }
-  // Where bucket k's input is: its tensor for a single piece, else staging.
+  // Whether bucket k's pieces follow each other in memory.
+  bool contiguous(size_t k) const {
+    const Bucket &b = call.plan.buckets[k];
+    for (size_t i = b.first_piece + 1; i < b.first_piece + b.pieces; ++i) {
+      const BucketPiece &prev = call.plan.pieces[i - 1];
+      if (at(call.plan.pieces[i]) != at(prev) + prev.count * esize) return false;
+    }
+    return true;
+  }
+  // Where bucket k's input is: its tensors when contiguous, else staging.
   const void *input_of(size_t k) {
     const Bucket &b = call.plan.buckets[k];
-    return b.pieces == 1 ? at(call.plan.pieces[b.first_piece]) : buffer_of(k);
+    return contiguous(k) ? at(call.plan.pieces[b.first_piece]) : buffer_of(k);
   }
   void pack(size_t k) {
     const Bucket &b = call.plan.buckets[k];
-    if (b.pieces == 1) return;
+    if (contiguous(k)) return;
     uint8_t *dst = buffer_of(k);
     for (size_t i = b.first_piece; i < b.first_piece + b.pieces; ++i) {
       const BucketPiece &p = call.plan.pieces[i];

@@ -90,8 +90,11 @@ std::vector<uint8_t> int_values(size_t count, const TypeInfo &t, nexar_op_t op, 
 
 // Each rank's tensors, filled; reduced per tensor with nexar_allreduce
 // (the reference) and together with nexar_allreduce_bucketed; they must match.
+// With flat, the bucketed call's tensors are cut from one buffer, one after
+// the other except for a gap after every fifth: buckets read in place and
+// packed buckets alternate.
 void check_bucketed(uint32_t n, const TypeInfo &t, nexar_op_t op, const std::vector<size_t> &counts,
-                    size_t bucket_bytes, bool async) {
+                    size_t bucket_bytes, bool async, bool flat = false) {
   World w(n);
   ASSERT_TRUE(w.ok());
   on_each_rank(n, [&](uint32_t r) {
@@ -101,8 +104,17 @@ void check_bucketed(uint32_t n, const TypeInfo &t, nexar_op_t op, const std::vec
       bucketed.push_back(int_values(counts[i], t, op, r * 7919 + static_cast<uint32_t>(i)));
       reference.push_back(bucketed.back());
     }
-    for (auto &b : bucketed)
-      tensors.push_back({b.empty() ? nullptr : b.data(), b.size() / t.size});
+    std::vector<uint8_t> one_buffer;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < bucketed.size(); ++i) {
+      if (i % 5 == 4) one_buffer.resize(one_buffer.size() + t.size);  // the gap
+      at.push_back(one_buffer.size());
+      one_buffer.insert(one_buffer.end(), bucketed[i].begin(), bucketed[i].end());
+    }
+    for (size_t i = 0; i < bucketed.size(); ++i) {
+      uint8_t *buf = flat ? one_buffer.data() + at[i] : bucketed[i].data();
+      tensors.push_back({bucketed[i].empty() ? nullptr : buf, bucketed[i].size() / t.size});
+    }
     for (size_t i = 0; i < counts.size(); ++i)
       NX_OK(nexar_allreduce(w[r], reference[i].data(), reference[i].data(), counts[i], t.dt, op,
                             nullptr, nullptr));
@@ -116,6 +128,10 @@ void check_bucketed(uint32_t n, const TypeInfo &t, nexar_op_t op, const std::vec
       NX_OK(nexar_allreduce_bucketed(w[r], tensors.data(), tensors.size(), t.dt, op, bucket_bytes,
                                      nullptr, nullptr));
     }
+    if (flat)
+      for (size_t i = 0; i < bucketed.size(); ++i)
+        std::copy_n(one_buffer.begin() + static_cast<ptrdiff_t>(at[i]), bucketed[i].size(),
+                    bucketed[i].begin());
     for (size_t i = 0; i < counts.size(); ++i)
       ASSERT_EQ(bucketed[i], reference[i]) << "rank " << r << " tensor " << i << " of " << counts[i]
                                            << " dtype " << t.dt << " op " << op;
@@ -144,6 +160,15 @@ TEST(AllreduceBucketed, OneToSevenRanksWithMebibyteTensors) {
     counts[3] = 900000;  // 3.4 MiB: split across buckets
     counts[17] = 300001;
     check_bucketed(n, f32, NEXAR_OP_SUM, counts, (1u << 20) + 2, n % 2 == 0);
+  }
+}
+
+TEST(AllreduceBucketed, TensorsCutFromOneBufferAreReadInPlace) {
+  for (uint32_t n : {1u, 2u, 4u}) {
+    std::vector<size_t> counts = random_counts(30, 20000, 40 + n);
+    counts[7] = 700000;  // split across buckets
+    check_bucketed(n, kTypes[0], NEXAR_OP_SUM, counts, (1u << 20) + 4, n == 2, true);
+    check_bucketed(n, kTypes[5], NEXAR_OP_MAX, counts, 100000, false, true);
   }
 }
 

@@ -107,6 +107,37 @@ TEST(TopkSelect, DoublesMatchTheReference) {
   }
 }
 
+// Vectors long enough for the sampled threshold: spread values (the sample's
+// candidates hold the k largest), values with a tied majority at the top
+// (too many candidates: the full selection), NaNs and infinities.
+TEST(TopkSelect, LongVectorsMatchTheReference) {
+  std::mt19937_64 rng(13);
+  const size_t n = (size_t{1} << 20) + 3;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> small(-6, 6);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<float> v(n);
+    for (auto &x : v)
+      x = round == 1 ? static_cast<float>(small(rng)) : normal(rng);
+    if (round == 2)
+      for (size_t i = 0; i < n; i += 997)
+        v[i] = i < n / 2 ? NAN : -INFINITY;  // NaNs first: the reference ties them
+    for (size_t k : {size_t{1}, size_t{1000}, n / 100, n / 20}) {
+      std::vector<uint32_t> got;
+      select_topk(v.data(), n, k, &got);
+      ASSERT_EQ(got, reference_topk(v, k)) << "k " << k << " round " << round;
+    }
+  }
+  std::normal_distribution<double> wide(0.0, 5.0);
+  std::vector<double> d(n);
+  for (auto &x : d)
+    x = wide(rng);
+  d[10] = d[20] = -d[30];
+  std::vector<uint32_t> got;
+  select_topk(d.data(), n, n / 100, &got);
+  EXPECT_EQ(got, reference_topk(d, n / 100));
+}
+
 TEST(RandomPositions, SameSeedAndCallSamePositionsOtherwiseDifferent) {
   std::vector<uint32_t> a, b, c, d;
   random_positions(42, 3, 100000, 1000, &a);
@@ -169,6 +200,52 @@ TEST(Compressor, ErrorFeedbackConservesMassInEveryDtype) {
     check_conservation<float>(kind, NEXAR_DTYPE_F16);
     check_conservation<float>(kind, NEXAR_DTYPE_BF16);
   }
+}
+
+// Long tensors, compressed block by block as the residual is added (TopK
+// gathering candidates, RandomK taking its values): the kept positions are
+// still exactly the reference's, call after call, and the residuals keep
+// what was not sent.
+template <class Acc>
+void check_long(int32_t kind, nexar_dtype_t dtype) {
+  const size_t n = (size_t{1} << 20) + 5;
+  std::unique_ptr<Compressor> z;
+  ASSERT_TRUE(Compressor::create(kind, 0.01, n, dtype, 3, &z).ok());
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t esize = dtype == NEXAR_DTYPE_F64 ? 8 : dtype == NEXAR_DTYPE_F32 ? 4 : 2;
+  for (int call = 0; call < 3; ++call) {
+    std::vector<Acc> v(n);
+    memcpy(v.data(), z->residual(), n * sizeof(Acc));
+    std::vector<uint8_t> input(n * esize);
+    for (size_t i = 0; i < n; ++i) {
+      narrow<Acc>(input.data(), i, static_cast<Acc>(normal(rng)), dtype);
+      v[i] += widen<Acc>(input.data(), i, dtype);
+    }
+    CompressedPart part;
+    z->compress(input.data(), &part);
+    std::vector<uint32_t> want;
+    if (kind == NEXAR_COMPRESS_TOPK)
+      want = reference_topk(v, z->k());
+    else
+      random_positions(3, static_cast<uint64_t>(call), n, z->k(), &want);
+    ASSERT_EQ(part.index, want) << "call " << call;
+    const Acc *after = static_cast<const Acc *>(z->residual());
+    size_t j = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const bool kept = j < part.index.size() && part.index[j] == i;
+      const Acc sent = kept ? widen<Acc>(part.values.data(), j++, dtype) : Acc(0);
+      ASSERT_EQ(sent + after[i], v[i]) << "element " << i << " call " << call;
+    }
+  }
+}
+
+TEST(Compressor, LongTensorsKeepTheReferencePositions) {
+  check_long<float>(NEXAR_COMPRESS_TOPK, NEXAR_DTYPE_F32);
+  check_long<double>(NEXAR_COMPRESS_TOPK, NEXAR_DTYPE_F64);
+  check_long<float>(NEXAR_COMPRESS_TOPK, NEXAR_DTYPE_BF16);
+  check_long<float>(NEXAR_COMPRESS_RANDOMK, NEXAR_DTYPE_F32);
+  check_long<float>(NEXAR_COMPRESS_RANDOMK, NEXAR_DTYPE_F16);
 }
 
 TEST(Compressor, RejectsBadParameters) {

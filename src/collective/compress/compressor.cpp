@@ -6,6 +6,7 @@
 
 #include "collective/compress/element_cast.h"
 #include "collective/compress/random_positions.h"
+#include "collective/compress/topk_candidates.h"
 #include "collective/compress/topk_select.h"
 #include "core/dtype.h"
 
@@ -70,33 +71,85 @@ uint32_t Compressor::digest() const {
   return static_cast<uint32_t>(h ^ (h >> 32));
 }
 
+namespace {
+
+// Element i of input (of dtype), widened to Acc: plain loads for f32 and
+// f64 so that the add vectorises.
 template <class Acc>
-void Compressor::compress_as(const void *input, std::vector<Acc> &residual, CompressedPart *part) {
-  // residual becomes input + residual: the vector to compress.
-  Acc *v = residual.data();
-  if (dtype_ == NEXAR_DTYPE_F32 || dtype_ == NEXAR_DTYPE_F64) {
-    const uint8_t *in = static_cast<const uint8_t *>(input);
-    for (size_t i = 0; i < count_; ++i) {
+inline Acc input_at(const void *input, size_t i, nexar_dtype_t dtype) {
+  if (dtype == NEXAR_DTYPE_F32 || dtype == NEXAR_DTYPE_F64) {
+    Acc x;
+    memcpy(&x, static_cast<const uint8_t *>(input) + i * sizeof(Acc), sizeof x);
+    return x;
+  }
+  return widen<Acc>(input, i, dtype);
+}
+
+template <class Acc>
+void add_block(Acc *v, const void *input, size_t first, size_t count, nexar_dtype_t dtype) {
+  if (dtype == NEXAR_DTYPE_F32 || dtype == NEXAR_DTYPE_F64) {
+    const uint8_t *in = static_cast<const uint8_t *>(input) + first * sizeof(Acc);
+    for (size_t i = 0; i < count; ++i) {
       Acc x;
       memcpy(&x, in + i * sizeof(Acc), sizeof x);
-      v[i] += x;
+      v[first + i] += x;
     }
   } else {
-    for (size_t i = 0; i < count_; ++i)
-      v[i] += widen<Acc>(input, i, dtype_);
+    for (size_t i = first; i < first + count; ++i)
+      v[i] += widen<Acc>(input, i, dtype);
   }
-  if (kind_ == CompressKind::TopK)
-    select_topk(v, count_, k_, &part->index);
-  else
-    random_positions(seed_, calls_, count_, k_, &part->index);
+}
+
+}  // namespace
+
+template <class Acc>
+void Compressor::compress_as(const void *input, std::vector<Acc> &residual, CompressedPart *part) {
+  // residual becomes input + residual: the vector to compress, in blocks
+  // that stay in cache between the add and what follows it: TopK on a long
+  // vector gathers its candidates, RandomK (positions known beforehand)
+  // takes its kept values.
+  constexpr size_t kBlock = 4096;
+  Acc *v = residual.data();
   const size_t esize = dtype_size(dtype_);
-  part->values.resize(part->index.size() * esize);
-  for (size_t j = 0; j < part->index.size(); ++j) {
-    // What stays behind: the rounding of a kept f16/bf16 value (exact in
-    // f32), nothing for f32 and f64; never an infinity's NaN.
+  // Sends element j of the index; what stays behind is the rounding of a
+  // kept f16/bf16 value (exact in f32), nothing for f32 and f64, never an
+  // infinity's NaN.
+  auto keep = [&](size_t j) {
     Acc &x = v[part->index[j]];
     const Acc rest = x - narrow(part->values.data(), j, x, dtype_);
     x = std::isfinite(rest) ? rest : Acc(0);
+  };
+  if (kind_ == CompressKind::RandomK) {
+    random_positions(seed_, calls_, count_, k_, &part->index);
+    part->values.resize(part->index.size() * esize);
+    size_t j = 0;
+    for (size_t first = 0; first < count_; first += kBlock) {
+      const size_t len = std::min(kBlock, count_ - first);
+      add_block(v, input, first, len, dtype_);
+      for (; j < part->index.size() && part->index[j] < first + len; ++j)
+        keep(j);
+    }
+    return;
+  }
+  TopkCandidates<Acc> candidates(count_, k_);
+  if (candidates.active()) {
+    std::vector<Acc> sample;
+    for (size_t at : candidates.sample_positions())
+      sample.push_back(v[at] + input_at<Acc>(input, at, dtype_));
+    candidates.set_sample(sample.data());
+  }
+  for (size_t first = 0; first < count_; first += kBlock) {
+    const size_t len = std::min(kBlock, count_ - first);
+    add_block(v, input, first, len, dtype_);
+    if (candidates.active()) candidates.scan(v, first, len);
+  }
+  if (!candidates.select(v, &part->index)) select_topk_exhaustive(v, count_, k_, &part->index);
+  part->values.resize(part->index.size() * esize);
+  const size_t kept = part->index.size();
+  constexpr size_t kAhead = 16;  // positions are far apart: fetch ahead
+  for (size_t j = 0; j < kept; ++j) {
+    if (j + kAhead < kept) __builtin_prefetch(&v[part->index[j + kAhead]], 1);
+    keep(j);
   }
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collective/compress/topk_candidates.h"
+
 namespace nexar {
 namespace {
 
@@ -63,12 +65,32 @@ void select(const F *v, size_t n, size_t k, std::vector<uint32_t> *out) {
   }
 }
 
+template <class F>
+void select_any(const F *v, size_t n, size_t k, std::vector<uint32_t> *out) {
+  TopkCandidates<F> candidates(n, k);
+  if (candidates.active()) {
+    std::vector<F> sample;
+    for (size_t at : candidates.sample_positions())
+      sample.push_back(v[at]);
+    candidates.set_sample(sample.data());
+    candidates.scan(v, 0, n);
+    if (candidates.select(v, out)) return;
+  }
+  select(v, n, k, out);
+}
+
 }  // namespace
 
 void select_topk(const float *v, size_t n, size_t k, std::vector<uint32_t> *out) {
-  select(v, n, k, out);
+  select_any(v, n, k, out);
 }
 void select_topk(const double *v, size_t n, size_t k, std::vector<uint32_t> *out) {
+  select_any(v, n, k, out);
+}
+void select_topk_exhaustive(const float *v, size_t n, size_t k, std::vector<uint32_t> *out) {
+  select(v, n, k, out);
+}
+void select_topk_exhaustive(const double *v, size_t n, size_t k, std::vector<uint32_t> *out) {
   select(v, n, k, out);
 }
 
