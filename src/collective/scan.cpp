@@ -24,12 +24,16 @@
 // Cost, with n = count * esize bytes: ceil(log2 N) (α + n β + n γ) for scan,
 // up to twice the γ term for exscan (it reduces into two buffers).
 //
+// On a sparse mesh the same rounds run with each message sent along direct
+// links (reductions_over_links.cpp), so the results keep their bits.
+//
 // Reference: Hillis & Steele, "Data Parallel Algorithms", CACM 29(12), 1986;
 // MPICH src/mpi/coll/scan/scan_intra_recursive_doubling.c; upstream nexar
 // collective/scan.rs (reference/nexar-upstream.md §3.5).
 #include <cstring>
 
 #include "collective/collectives.h"
+#include "collective/over_links.h"
 #include "collective/shm_collectives.h"
 #include "core/reduce.h"
 
@@ -44,6 +48,8 @@ Task<Status> scan(Coll &c) {
   if (n > 1) {
     Status s = co_await shm_scan(c, &ran);
     if (ran) co_return s;
+    // A sparse mesh: the same rounds along links (reductions_over_links.cpp).
+    if (MemberRoutes routes(c); routes.usable()) co_return co_await scan_over_links(c, routes);
   }
   uint8_t *acc = static_cast<uint8_t *>(a.recvbuf);
   if (a.sendbuf != a.recvbuf) memcpy(acc, a.sendbuf, bytes);
@@ -72,6 +78,7 @@ Task<Status> exscan(Coll &c) {
   bool ran = false;
   Status s = co_await shm_exscan(c, &ran);
   if (ran) co_return s;
+  if (MemberRoutes routes(c); routes.usable()) co_return co_await exscan_over_links(c, routes);
   uint8_t *result = static_cast<uint8_t *>(a.recvbuf);  // NULL allowed on rank 0
   const uint8_t *partial = static_cast<const uint8_t *>(a.sendbuf);
   PooledBuf tmp, own;
