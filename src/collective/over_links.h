@@ -36,12 +36,10 @@ void route_part(Coll &c, MemberRoutes &routes, uint32_t s, uint32_t d, uint32_t 
 // size can.
 constexpr uint32_t kAlltoallOverLinksMaxWorld = 4095;
 
-// Reduce-scatter, scan, exscan and barrier over direct links
-// (reductions_over_links.cpp): the same float bits as their full-mesh
-// algorithms. A world of two or more; count > 0 for the reductions.
+// Reduce-scatter and barrier over direct links (reductions_over_links.cpp):
+// reduce-scatter with the float bits of the ring. A world of two or more;
+// count > 0 for reduce-scatter.
 Task<Status> reduce_scatter_over_links(Coll &c, MemberRoutes &routes);
-Task<Status> scan_over_links(Coll &c, MemberRoutes &routes);
-Task<Status> exscan_over_links(Coll &c, MemberRoutes &routes);
 Task<Status> barrier_over_links(Coll &c, MemberRoutes &routes);
 // Exchanges over links above this many bytes per rank go in rounds
 // (alltoall_over_links' in_rounds).

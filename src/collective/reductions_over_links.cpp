@@ -1,19 +1,14 @@
-// Reduce-scatter, scan, exscan and barrier on a sparse mesh, moving every
-// byte along direct links only (member_routes.h), so the relay forwards
-// nothing. The float results keep the bits of the full-mesh algorithms: each
-// combines the same operands in the same association
-// (collective/reduction_order.h), only the path of the messages changes.
+// Reduce-scatter and barrier on a sparse mesh, moving every byte along
+// direct links only (member_routes.h), so the relay forwards nothing (scan
+// and exscan route their own rounds: scan.cpp). Reduce-scatter's float
+// results keep the bits of the full-mesh ring: it combines the same operands
+// in the same association (collective/reduction_order.h).
 //
 // Reduce-scatter: every rank's block r travels to rank r along its shortest
 //   path (alltoall_over_links), then rank r combines the p blocks in the
 //   ring's order (ReductionOrder::Ring), which is what the ring computes.
 //   Link bytes: each block crosses its shortest path once, as the relay
 //   would carry it; memory: p blocks of scratch.
-// Scan, exscan: the recursive doubling of scan.cpp, round for round, with
-//   each message from r to r + d sent along the shortest path of links
-//   (route_part) instead of through the relay; message step = round * p +
-//   origin. Ranks on a path pass the message on, so every rank takes part in
-//   every round.
 // Barrier: every rank reports up the shortest-path tree of links rooted at
 //   rank 0 once all its children did, then the release comes down the same
 //   tree: 2 * depth message latencies (depth log2 p on a hypercube).
@@ -22,7 +17,6 @@
 #include "collective/collectives.h"
 #include "collective/over_links.h"
 #include "collective/reduction_order.h"
-#include "core/reduce.h"
 
 namespace nexar {
 
@@ -41,62 +35,6 @@ Task<Status> reduce_scatter_over_links(Coll &c, MemberRoutes &routes) {
     x.x[r] = blocks.data() + r * block;
   reduce_in_order(ReductionOrder::Ring, x, size_t{me} * a.count, a.count,
                   static_cast<uint8_t *>(a.recvbuf), c.pool());
-  co_return Status();
-}
-
-Task<Status> scan_over_links(Coll &c, MemberRoutes &routes) {
-  const CollArgs &a = c.args();
-  const uint32_t n = c.size(), me = c.rank();
-  const uint64_t bytes = uint64_t{a.count} * c.esize();
-  uint8_t *acc = static_cast<uint8_t *>(a.recvbuf);
-  if (a.sendbuf != a.recvbuf) memcpy(acc, a.sendbuf, bytes);
-  PooledBuf tmp;
-  if (me > 0) tmp = c.pool().checkout(static_cast<size_t>(bytes));
-  uint32_t round = 0;
-  for (uint32_t d = 1; d < n; d <<= 1, ++round) {
-    std::vector<Task<Status>> io;
-    for (uint32_t r = 0; r + d < n; ++r)
-      route_part(c, routes, r, r + d, round * n + r, acc, tmp.data(), bytes, &io);
-    Status s = co_await when_all(c.op(), std::move(io));
-    if (!s) co_return s;
-    // The send has completed, so acc may change now.
-    if (me >= d) reduce_out(acc, tmp.data(), acc, a.count, a.dtype, a.op);
-  }
-  co_return Status();
-}
-
-// As exscan() in scan.cpp: partial (what a rank sends) and result, both
-// updated as received op own; rank 0's recvbuf is never touched.
-Task<Status> exscan_over_links(Coll &c, MemberRoutes &routes) {
-  const CollArgs &a = c.args();
-  const uint32_t n = c.size(), me = c.rank();
-  const uint64_t bytes = uint64_t{a.count} * c.esize();
-  uint8_t *result = static_cast<uint8_t *>(a.recvbuf);
-  const uint8_t *partial = static_cast<const uint8_t *>(a.sendbuf);
-  PooledBuf tmp, own;
-  if (me > 0) tmp = c.pool().checkout(static_cast<size_t>(bytes));
-  bool have_result = false;
-  uint32_t round = 0;
-  for (uint32_t d = 1; d < n; d <<= 1, ++round) {
-    std::vector<Task<Status>> io;
-    for (uint32_t r = 0; r + d < n; ++r)
-      route_part(c, routes, r, r + d, round * n + r, partial, tmp.data(), bytes, &io);
-    Status s = co_await when_all(c.op(), std::move(io));
-    if (!s) co_return s;
-    if (me < d) continue;
-    // partial first: in place, it may still be the input that result overwrites.
-    if (me + 2 * static_cast<uint64_t>(d) < n) {  // sent again in a later round
-      if (!own) own = c.pool().checkout(static_cast<size_t>(bytes));
-      reduce_out(own.data(), tmp.data(), partial, a.count, a.dtype, a.op);
-      partial = own.data();
-    }
-    if (have_result) {
-      reduce_out(result, tmp.data(), result, a.count, a.dtype, a.op);
-    } else {
-      memcpy(result, tmp.data(), bytes);
-      have_result = true;
-    }
-  }
   co_return Status();
 }
 
