@@ -218,6 +218,30 @@ Status SeedClient::join(const SocketAddress &seed, const SocketAddress &local,
   return error_;
 }
 
+Status SeedClient::agree_topology(const wire::TopologyDigest &mine, uint64_t deadline_ns) {
+  loop_.run_sync([&] { send(mine); });
+  wait_until(deadline_ns, [&] { return topology_answered_ || !early_failure_.ok() || seed_lost_; });
+  std::lock_guard<std::mutex> g(mu_);
+  if (!early_failure_.ok()) return early_failure_;
+  if (topology_answered_ && agreed_digest_ == mine.digest) return {};
+  if (topology_answered_)
+    return error(NEXAR_ERR_PROTOCOL,
+                 format("formation of rank %u: the seed at %s answered digest %016llx for this "
+                        "rank's %s topology (digest %016llx)",
+                        mine.rank, seed_.to_string().c_str(),
+                        static_cast<unsigned long long>(agreed_digest_), mine.name.c_str(),
+                        static_cast<unsigned long long>(mine.digest)));
+  if (seed_lost_)
+    return error(NEXAR_ERR_PEER_FAILED,
+                 format("formation of rank %u: lost the connection to the seed at %s before it "
+                        "confirmed that every rank uses the same topology",
+                        mine.rank, seed_.to_string().c_str()));
+  return error(NEXAR_ERR_TIMEOUT,
+               format("formation of rank %u: the seed at %s did not confirm within the connect "
+                      "timeout that every rank uses the same topology",
+                      mine.rank, seed_.to_string().c_str()));
+}
+
 void SeedClient::on_failure(std::function<void(const Status &)> fn) {
   loop_.run_sync([&] {
     Status early;
@@ -393,6 +417,15 @@ void SeedClient::on_control(QuicConnection *c, std::span<const uint8_t> message)
             return;
           }
           fail_from_seed(m, st);
+        } else if constexpr (std::is_same_v<T, wire::TopologyDigest>) {
+          if (settled || st != Stage::Welcomed) {
+            c->close(1, error(NEXAR_ERR_PROTOCOL, "unexpected TopologyDigest from the seed"));
+            return;
+          }
+          std::lock_guard<std::mutex> g(mu_);
+          topology_answered_ = true;
+          agreed_digest_ = m.digest;
+          cv_.notify_all();
         } else if constexpr (std::is_same_v<T, wire::JoinChallenge>) {
           if (st == Stage::Challenged) handle_challenge(m);
         } else {
@@ -504,8 +537,12 @@ void SeedClient::on_closed(QuicConnection *c, const Status &why) {
                                                seed_.to_string().c_str(), why.message.c_str()));
       push_word(std::move(w));
     } else if (st == Stage::Welcomed) {
-      // The seed is not needed to form the mesh: note it and carry on.
+      // The seed is not needed to form the mesh: note it and carry on (a
+      // topology check still waiting for its answer ends).
       LOG_DEBUG("connection to the seed closed: %s", why.message.c_str());
+      std::lock_guard<std::mutex> g(mu_);
+      seed_lost_ = true;
+      cv_.notify_all();
     } else if (st == Stage::Connecting) {
       fail(why, false);
     } else if (st != Stage::Failed && st != Stage::Closed) {
@@ -601,6 +638,18 @@ Status form_welcomed(const Config &cfg, const wire::Welcome &welcome, gnutls_x50
   auto rank_client =
       make_client(Client::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
   if (!(s = rank_client->start_on(copy))) return s;
+  // Not in a grow: every rank's graph is checked at the seed before any
+  // rank dials, so ranks that are not neighbours cannot disagree unseen.
+  const Topology &topo = rank_client->topology();
+  if (!settled && topo.problem().ok()) {
+    s = seed.agree_topology(wire::TopologyDigest{t.rank, topo.digest(), topo.name()},
+                            deadline_after(cfg.connect_timeout_ms));
+    if (!s) {
+      if (s.code == NEXAR_ERR_TIMEOUT) seed.report_error(s);
+      rank_client->shutdown();
+      return s;
+    }
+  }
   auto mesh = std::make_shared<MeshFormation>(rank_client);
   std::weak_ptr<MeshFormation> weak = mesh;
   if (settled) {

@@ -81,6 +81,10 @@ class SeedClient : public ConnectionHandler {
   // here) and waits for the Welcome.
   Status join(const SocketAddress &seed, const SocketAddress &local, wire::JoinRequest req,
               wire::Welcome *out);
+  // Sends the seed this rank's mesh graph and waits until deadline_ns for
+  // its answer: ok when every rank's graph is the same, else the seed's
+  // error naming the ranks that differ (or why no answer came).
+  Status agree_topology(const wire::TopologyDigest &mine, uint64_t deadline_ns);
   // From now on, failures the seed reports go to fn (on the client's thread).
   void on_failure(std::function<void(const Status &)> fn);
   // Tells the seed that something went wrong on this side (best effort).
@@ -162,6 +166,9 @@ class SeedClient : public ConnectionHandler {
   bool told_seed_ = false;
   bool handshook_ = false;
   Status early_failure_;  // reported after the welcome, before on_failure()
+  bool topology_answered_ = false;
+  uint64_t agreed_digest_ = 0;
+  bool seed_lost_ = false;  // the connection closed after the welcome
 
   // Elastic, guarded by mu_.
   bool settled_ = false;

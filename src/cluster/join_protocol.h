@@ -23,6 +23,12 @@
 //                     Welcome{rank, world size, cluster id, CA certificate,
 //                     the worker's certificate signed from its request, every
 //                     rank's address}. The private key never left the worker.
+//   worker -> seed    TopologyDigest{rank, digest of its mesh graph, name}
+//                     (not in a grow of an elastic seed's world).
+//   seed -> worker    once every rank's digest arrived: the same digest back
+//                     when they all agree, else a JoinError to every rank
+//                     naming the ranks whose graphs differ. A worker dials
+//                     its mesh only after this answer (join protocol 2).
 //   worker -> seed    MeshReady once its mutual-TLS mesh is formed.
 //   seed -> worker    in a grow of an elastic seed's world only: once every
 //                     participant's MeshReady arrived, JoinAdmitted{n, n}
@@ -47,7 +53,7 @@ class QuicConnection;
 
 namespace join {
 
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr std::string_view kExporterLabel = "EXPORTER-nexar-join";
 inline constexpr size_t kSecretLen = 32;
 inline constexpr size_t kProofLen = 32;

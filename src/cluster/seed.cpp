@@ -287,6 +287,8 @@ void Seed::on_control(QuicConnection *c, std::span<const uint8_t> message) {
           handle_request(m, msg);
         } else if constexpr (std::is_same_v<T, wire::MeshReady>) {
           handle_ready(m, msg);
+        } else if constexpr (std::is_same_v<T, wire::TopologyDigest>) {
+          handle_topology(m, msg);
         } else if constexpr (std::is_same_v<T, wire::GrowRequest>) {
           handle_grow(m, msg);
         } else if constexpr (std::is_same_v<T, wire::JoinError>) {

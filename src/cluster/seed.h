@@ -115,6 +115,9 @@ class Seed : public ConnectionHandler {
     uint64_t since_ns = 0;
     size_t arrival = 0;
     uint64_t round = 0;  // the grow it takes part in (elastic), 0 = none
+    // The mesh graph this rank built from its options (seed_topology.cpp).
+    bool has_topology = false;
+    wire::TopologyDigest topology;
     std::string describe() const;
   };
   // One grow of one communicator (elastic): collecting its members'
@@ -149,6 +152,9 @@ class Seed : public ConnectionHandler {
   void challenge_waiting();
   void handle_request(Member *m, const wire::JoinRequest &req);
   void handle_ready(Member *m, const wire::MeshReady &r);
+  // Records a welcomed rank's graph; once every rank's is in, answers each
+  // with the common digest or fails formation naming the ranks that differ.
+  void handle_topology(Member *m, const wire::TopologyDigest &d);
   void refuse(Member *m, nexar_status_t code, const std::string &reason);
   void refuse_late(Member *m);
   void complete();

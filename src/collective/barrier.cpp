@@ -3,12 +3,14 @@
 // Two-phase for up to 4 ranks: everyone reports to rank 0, which releases
 // everyone (2(N-1) messages, 2 message latencies). Dissemination above
 // (Hensgen, Finkel & Manber 1988): in round k every rank signals rank + 2^k
-// and waits for rank - 2^k, ceil(log2 N) rounds, any N.
+// and waits for rank - 2^k, ceil(log2 N) rounds, any N. On a sparse mesh: up
+// and down a tree of direct links (reductions_over_links.cpp).
 //
 // Barrier messages are collective frames on the data lanes, numbered by the
 // collective sequence and matched by exact (rank, tag), so heartbeats and
 // other control traffic can never be taken for them (upstream's bug).
 #include "collective/collectives.h"
+#include "collective/over_links.h"
 #include "collective/shm_collectives.h"
 
 namespace nexar {
@@ -51,6 +53,8 @@ Task<Status> barrier(Coll &c) {
   bool ran = false;
   Status s = co_await shm_barrier(c, &ran);
   if (ran) co_return s;
+  // A sparse mesh: a tree of direct links (reductions_over_links.cpp).
+  if (MemberRoutes routes(c); routes.usable()) co_return co_await barrier_over_links(c, routes);
   if (c.size() <= kTwoPhaseMaxWorld) co_return co_await two_phase(c);
   co_return co_await dissemination(c);
 }

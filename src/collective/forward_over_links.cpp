@@ -47,6 +47,28 @@ Task<Status> pass_through(Coll &c, uint32_t from, uint32_t to, uint32_t step, ui
 
 }  // namespace
 
+void route_part(Coll &c, MemberRoutes &routes, uint32_t s, uint32_t d, uint32_t step,
+                const uint8_t *send, uint8_t *recv, uint64_t bytes,
+                std::vector<Task<Status>> *flows) {
+  const uint32_t me = c.rank();
+  if (s == me) {
+    flows->push_back(c.send(routes.next_hop(me, d), step, send, bytes));
+    return;
+  }
+  // Only a rank on some shortest path can be on the chosen one.
+  if (routes.distance(s, me) + routes.distance(me, d) != routes.distance(s, d)) return;
+  uint32_t prev = s, at = routes.next_hop(s, d);
+  while (at != me && at != d) {
+    prev = at;
+    at = routes.next_hop(at, d);
+  }
+  if (at != me) return;
+  if (d == me)
+    flows->push_back(c.recv(prev, step, recv, bytes));
+  else
+    flows->push_back(pass_through(c, prev, routes.next_hop(me, d), step, bytes));
+}
+
 Task<Status> allgather_over_links(Coll &c, MemberRoutes &routes, uint64_t block) {
   const uint32_t p = c.size(), me = c.rank();
   auto *dst = static_cast<uint8_t *>(c.args().recvbuf);
@@ -67,27 +89,11 @@ Task<Status> allgather_over_links(Coll &c, MemberRoutes &routes, uint64_t block)
 
 Task<Status> alltoall_over_links(Coll &c, MemberRoutes &routes, const uint8_t *send, uint8_t *recv,
                                  uint64_t block, bool in_rounds) {
-  const uint32_t p = c.size(), me = c.rank();
+  const uint32_t p = c.size();
   // This rank's part in moving block (s, d): its send, its receive, passing
   // it on, or nothing.
   auto part = [&](uint32_t s, uint32_t d, std::vector<Task<Status>> *flows) {
-    const uint32_t step = s * p + d;
-    if (s == me) {
-      flows->push_back(c.send(routes.next_hop(me, d), step, send + d * block, block));
-      return;
-    }
-    // Only a rank on some shortest path can be on the chosen one.
-    if (routes.distance(s, me) + routes.distance(me, d) != routes.distance(s, d)) return;
-    uint32_t prev = s, at = routes.next_hop(s, d);
-    while (at != me && at != d) {
-      prev = at;
-      at = routes.next_hop(at, d);
-    }
-    if (at != me) return;
-    if (d == me)
-      flows->push_back(c.recv(prev, step, recv + s * block, block));
-    else
-      flows->push_back(pass_through(c, prev, routes.next_hop(me, d), step, block));
+    route_part(c, routes, s, d, s * p + d, send + d * block, recv + s * block, block, flows);
   };
   if (!in_rounds) {
     std::vector<Task<Status>> flows;

@@ -23,8 +23,26 @@ Task<Status> allgather_over_links(Coll &c, MemberRoutes &routes, uint64_t block)
 // time (for large exchanges) instead of all at once.
 Task<Status> alltoall_over_links(Coll &c, MemberRoutes &routes, const uint8_t *send, uint8_t *recv,
                                  uint64_t block, bool in_rounds);
+// This rank's part in moving one message of `bytes` from member s to member
+// d (s != d) along the shortest path among the members: its send (s == me,
+// from `send`), its receive (d == me, into `recv`), passing it on through a
+// pooled buffer, or nothing. step must be unique on every link the message
+// crosses within the collective (e.g. round * p + s).
+void route_part(Coll &c, MemberRoutes &routes, uint32_t s, uint32_t d, uint32_t step,
+                const uint8_t *send, uint8_t *recv, uint64_t bytes,
+                std::vector<Task<Status>> *flows);
+
 // Alltoall numbers its messages by (origin, destination): worlds up to this
 // size can.
 constexpr uint32_t kAlltoallOverLinksMaxWorld = 4095;
+
+// Reduce-scatter and barrier over direct links (reductions_over_links.cpp):
+// reduce-scatter with the float bits of the ring. A world of two or more;
+// count > 0 for reduce-scatter.
+Task<Status> reduce_scatter_over_links(Coll &c, MemberRoutes &routes);
+Task<Status> barrier_over_links(Coll &c, MemberRoutes &routes);
+// Exchanges over links above this many bytes per rank go in rounds
+// (alltoall_over_links' in_rounds).
+constexpr uint64_t kOverLinksConcurrentBytes = 1 << 20;
 
 }  // namespace nexar

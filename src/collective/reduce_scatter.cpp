@@ -14,12 +14,18 @@
 //   Cost: (p-1) S alpha + n (p-1)/p beta + n (p-1)/p gamma, n = p * recvcount
 //   * esize bytes in, S segments per block.
 //
+// On a sparse mesh whose ring steps are not all direct links (a hypercube, a
+// custom graph) the blocks travel over links and each rank combines its
+// block in the ring's order (reductions_over_links.cpp): the same bits.
+//
 // Restrictions: none (any p, recvcount == 0 completes at once); sendbuf is
 // never written; p == 1 copies.
 //
 // References: Patarasuk & Yuan (JPDC 2009); MPICH
 // reduce_scatter_block_intra_ring; Open MPI coll_base_reduce_scatter_block.
 #include "collective/collectives.h"
+#include "collective/mesh_shape.h"
+#include "collective/over_links.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
 #include "collective/shm_collectives.h"
@@ -96,6 +102,11 @@ Task<Status> reduce_scatter(Coll &c) {
   bool ran = false;
   Status s = co_await shm_reduce_scatter(c, &ran);
   if (ran) co_return s;
+  // A sparse mesh whose ring steps are not all links (a hypercube, a custom
+  // graph): the ring's result over links (reductions_over_links.cpp).
+  if (mesh_shape(c) != MeshShape::Ring)
+    if (MemberRoutes routes(c); routes.usable() && n <= kAlltoallOverLinksMaxWorld)
+      co_return co_await reduce_scatter_over_links(c, routes);
   const uint32_t segs = ring_segments(c, n - 1, a.count, true);
   PooledBuf scratch = c.pool().checkout(ReduceScatterRing::scratch_bytes(c, segs));
   ReduceScatterRing plan(c, segs, scratch.data());

@@ -518,7 +518,8 @@ struct AgreeMsg {
 // Both directions (dialler: before Hello; listener: after HelloAck, before
 // ShmOffer): the mesh graph this rank uses
 // (client/topology.h). Ranks whose digests differ would route differently,
-// so formation fails naming both.
+// so formation fails naming both. Also worker -> seed after the Welcome, and
+// back once every rank's digest is the same (join_protocol.h).
 struct TopologyDigest {
   static constexpr uint8_t kType = 0x40;
   static constexpr std::string_view kName = "TopologyDigest";

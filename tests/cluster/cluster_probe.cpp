@@ -85,6 +85,7 @@
 #include "cluster/interface_select.h"
 #include "cluster/join.h"
 #include "cluster/mesh.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "hostile_peer.h"
 #include "transport/codec.h"
@@ -281,6 +282,11 @@ int impostor(int argc, char **argv) {
   auto rank_client =
       make_client(Client::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
   s = rank_client->start_on(fd);
+  // As a worker does: the seed checks every rank's graph before anyone dials.
+  if (s)
+    s = client.agree_topology(wire::TopologyDigest{t.rank, rank_client->topology().digest(),
+                                                   rank_client->topology().name()},
+                              now_ns() + cfg.connect_timeout_ms * kNsPerMs);
   std::unique_ptr<MeshFormation> mesh;
   if (s) mesh = std::make_unique<MeshFormation>(rank_client);
   if (s) s = mesh->start(t.peers);

@@ -16,6 +16,11 @@
  *             STREAM_DONE received=K duplicates=D out_of_order=O
  *   3, 4, 5 wait for rank 0's done message:  BYE_OK rank=R
  *
+ * With RELAY_STREAM_TIMES=1 rank 2 also prints, for each new number, when it
+ * arrived (CLOCK_MONOTONIC, comparable across processes of one host), for
+ * scripts/relay-kill-figure.py:
+ *             ARRIVED seq=I t_ns=T
+ *
  * Exit 0 when its part went through, 4 otherwise (FAILED <what> ...).
  */
 #include <nexar.h>
@@ -68,7 +73,15 @@ static int sender(nexar_comm_t *comm) {
   return 0;
 }
 
+static unsigned long long monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
 static int receiver(nexar_comm_t *comm) {
+  const char *times = getenv("RELAY_STREAM_TIMES");
+  const int print_times = times && strcmp(times, "1") == 0;
   unsigned char *buf = malloc(kBytes);
   uint32_t next = 0;
   int duplicates = 0, out_of_order = 0, failures = 0;
@@ -87,6 +100,7 @@ static int receiver(nexar_comm_t *comm) {
       return 4;
     }
     if (seq == next) {
+      if (print_times) printf("ARRIVED seq=%u t_ns=%llu\n", seq, monotonic_ns());
       next++;
       if (next % 20 == 0) {
         printf("PROGRESS received=%u\n", next);

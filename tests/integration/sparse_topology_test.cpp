@@ -193,6 +193,85 @@ TEST_P(SparseWorld, EveryCollectiveExact) {
   every_collective(w, {1, 3, 20000});
 }
 
+// Reduce-scatter, scan, exscan and barrier follow the graph: the relay
+// forwards nothing for them, integer results are exact, and float sums have
+// the bits of the full mesh's (the same association, over other paths).
+TEST_P(SparseWorld, ReductionsAndBarrierRelayNothing) {
+  const auto &[mesh, n] = GetParam();
+  // f64 inputs whose sums depend on the order of the additions.
+  auto fval = [](uint32_t r, size_t i) { return 1.0 / (3.0 + r * 7.0 + static_cast<double>(i)); };
+  const size_t count = 3001;
+  // Per rank: reduce_scatter, scan and exscan of the f64 inputs.
+  auto float_results = [&](const World &w) {
+    std::vector<std::vector<double>> out(n);
+    on_each_rank(n, [&](uint32_t me) {
+      std::vector<double> in(count * n), rs(count), sc(count), ex(count, 0.0);
+      for (size_t i = 0; i < in.size(); ++i)
+        in[i] = fval(me, i);
+      NX_OK(nexar_reduce_scatter(w[me], in.data(), rs.data(), count, NEXAR_DTYPE_F64, NEXAR_OP_SUM,
+                                 nullptr, nullptr));
+      NX_OK(nexar_scan(w[me], in.data(), sc.data(), count, NEXAR_DTYPE_F64, NEXAR_OP_SUM, nullptr,
+                       nullptr));
+      NX_OK(nexar_exscan(w[me], in.data(), ex.data(), count, NEXAR_DTYPE_F64, NEXAR_OP_SUM, nullptr,
+                         nullptr));
+      out[me] = rs;
+      out[me].insert(out[me].end(), sc.begin(), sc.end());
+      out[me].insert(out[me].end(), ex.begin(), ex.end());
+    });
+    return out;
+  };
+  std::vector<std::vector<double>> sparse;
+  {
+    nexar_comm_options_t o = mesh_options(mesh);
+    World w(n, &o);
+    ASSERT_TRUE(w.ok());
+    uint64_t before = 0;
+    for (uint32_t r = 0; r < n; ++r)
+      before += stats(w[r]).relay_bytes_forwarded;
+    on_each_rank(n, [&](uint32_t me) {
+      for (size_t c : {size_t{1}, size_t{4099}}) {
+        SCOPED_TRACE("rank " + std::to_string(me) + " count " + std::to_string(c));
+        std::vector<int64_t> rs_in(c * n), rs_out(c, -1), pre(c, -1), ex(c, -1);
+        for (uint32_t j = 0; j < n; ++j)
+          for (size_t i = 0; i < c; ++i)
+            rs_in[j * c + i] = int64_t{me + 1} * (j + 1) + static_cast<int64_t>(i % 13);
+        NX_OK(nexar_reduce_scatter(w[me], rs_in.data(), rs_out.data(), c, NEXAR_DTYPE_I64,
+                                   NEXAR_OP_SUM, nullptr, nullptr));
+        const int64_t ranks = int64_t{n} * (n + 1) / 2;
+        for (size_t i = 0; i < c; ++i)
+          ASSERT_EQ(rs_out[i], ranks * (me + 1) + int64_t{n} * static_cast<int64_t>(i % 13))
+              << "reduce_scatter at " << i;
+        NX_OK(nexar_scan(w[me], rs_in.data(), pre.data(), c, NEXAR_DTYPE_I64, NEXAR_OP_SUM, nullptr,
+                         nullptr));
+        NX_OK(nexar_exscan(w[me], rs_in.data(), ex.data(), c, NEXAR_DTYPE_I64, NEXAR_OP_SUM,
+                           nullptr, nullptr));
+        // Block 0 of rank r's input: (r + 1) + i % 13.
+        for (size_t i = 0; i < c; ++i) {
+          const int64_t upto = int64_t{me + 1} * (me + 2) / 2, below = int64_t{me} * (me + 1) / 2;
+          const auto k = static_cast<int64_t>(i % 13);
+          ASSERT_EQ(pre[i], upto + int64_t{me + 1} * k) << "scan at " << i;
+          if (me > 0) ASSERT_EQ(ex[i], below + int64_t{me} * k) << "exscan at " << i;
+        }
+        for (int b = 0; b < 3; ++b)
+          NX_OK(nexar_barrier(w[me], nullptr, nullptr));
+      }
+    });
+    uint64_t after = 0;
+    for (uint32_t r = 0; r < n; ++r)
+      after += stats(w[r]).relay_bytes_forwarded;
+    EXPECT_EQ(after, before) << "bytes forwarded by relays";
+    sparse = float_results(w);
+  }
+  World full(n);
+  ASSERT_TRUE(full.ok());
+  const std::vector<std::vector<double>> want = float_results(full);
+  for (uint32_t r = 0; r < n; ++r)
+    for (size_t i = 0; i < want[r].size(); ++i)
+      if (r > 0 || i < 2 * count)  // rank 0's exscan result is undefined
+        ASSERT_EQ(std::memcmp(&sparse[r][i], &want[r][i], sizeof(double)), 0)
+            << "rank " << r << " element " << i << ": " << sparse[r][i] << " vs " << want[r][i];
+}
+
 INSTANTIATE_TEST_SUITE_P(Meshes, SparseWorld,
                          ::testing::Combine(::testing::Values(kKRegular4, kHypercube),
                                             ::testing::Values(5u, 8u, 13u, 16u)),
@@ -235,6 +314,48 @@ TEST(SparseTopology, CustomGraph) {
       << nexar_last_error_message();
   o.topology_edges = nullptr;
   EXPECT_EQ(nexar_bootstrap_local(c, 3, &o), NEXAR_ERR_INVALID_ARGUMENT);
+}
+
+// Custom graphs that differ between ranks that are not neighbours: ranks 0
+// and 3 use a star round rank 0, ranks 1 and 2 the path 1-2-3-0. Rank 0
+// would wait for ranks 1 and 2 to dial it and rank 2 for rank 3, none of
+// which ever does, so the neighbours alone could only time out; the seed
+// sees every rank's graph and every rank fails naming the two groups.
+TEST(SparseTopology, CustomGraphsDifferingBetweenNonNeighboursFailOnEveryRank) {
+  nexar_seed_options_t so;
+  NX_OK(nexar_seed_options_init(&so, sizeof so));
+  so.world_size = 4;
+  nexar_seed_t *seed = nullptr;
+  NX_OK(nexar_seed_start(&seed, &so));
+  const std::string seed_address = nexar_seed_address(seed);
+  const uint32_t star[] = {0, 1, 0, 2, 0, 3};
+  const uint32_t path[] = {1, 2, 2, 3, 3, 0};
+  nexar_status_t codes[4];
+  std::string errors[4];
+  on_each_rank(4, [&](uint32_t r) {
+    nexar_comm_options_t o;
+    NX_OK(nexar_comm_options_init(&o, sizeof o));
+    o.seed_address = seed_address.c_str();
+    o.rank = static_cast<int32_t>(r);
+    o.world_size = 4;
+    o.connect_timeout_ms = 8000;  // a formation that waits fails the test, not hangs it
+    o.topology = NEXAR_TOPOLOGY_CUSTOM;
+    o.topology_edges = r == 0 || r == 3 ? star : path;
+    o.topology_edge_count = 3;
+    nexar_comm_t *c = nullptr;
+    codes[r] = nexar_comm_join(&c, &o);
+    errors[r] = nexar_last_error_message();
+    if (c) nexar_comm_destroy(c);
+  });
+  nexar_seed_stop(seed);
+  for (uint32_t r = 0; r < 4; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(codes[r], NEXAR_ERR_INVALID_ARGUMENT) << errors[r];
+    for (const char *part :
+         {"cluster formation failed", "ranks 0 and 1 disagree on the mesh topology",
+          "rank 0 uses custom", "as do ranks 3)", "rank 1 uses custom", "as do ranks 2)"})
+      EXPECT_NE(errors[r].find(part), std::string::npos) << part << " in: " << errors[r];
+  }
 }
 
 TEST(SparseTopology, UpstreamSpellingsFromEnvironment) {
