@@ -260,7 +260,8 @@ int impostor(int argc, char **argv) {
   wire::Welcome w;
   JoinTicket t;
   s = client.join(seed, local, req, &w);
-  if (s && client.joins_running_world()) client.settle();
+  const bool grows = s && client.joins_running_world();
+  if (grows) client.settle();
   if (s) s = accept_welcome(w, key.get(), adv, cfg.rank, &t);
   if (!s) {
     printf("PROBE_FAILED %s\n", s.message.c_str());
@@ -282,8 +283,9 @@ int impostor(int argc, char **argv) {
   auto rank_client =
       make_client(Client::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
   s = rank_client->start_on(fd);
-  // As a worker does: the seed checks every rank's graph before anyone dials.
-  if (s)
+  // As a worker does: the seed checks every rank's graph before anyone dials
+  // (at formation; a grow's world keeps the graph it had).
+  if (s && !grows)
     s = client.agree_topology(wire::TopologyDigest{t.rank, rank_client->topology().digest(),
                                                    rank_client->topology().name()},
                               now_ns() + cfg.connect_timeout_ms * kNsPerMs);
