@@ -43,6 +43,13 @@
 //   segments per block. Each element is reduced once along the ring, then
 //   copied: bit-identical everywhere.
 //
+// * Over links (a sparse mesh whose links connect the members: always on
+//   one that is neither ring-shaped nor a power-of-two hypercube, below
+//   kRecursiveDoublingMaxBytes on a ring-shaped one): reduce up the
+//   shortest-path tree of direct links to rank 0, then broadcast down it
+//   (tree_over_links.cpp). Nothing is relayed; every rank gets rank 0's
+//   bits. Cost: 2 depth (alpha + n beta) + depth n gamma, pipelined down.
+//
 // Restrictions: none on p or count (count < p leaves blocks empty; count == 0
 // completes at once); ops are commutative (all NEXAR_OP_* are). In place
 // (sendbuf == recvbuf) works; sendbuf is never written.
@@ -66,6 +73,7 @@
 #include "collective/forced_choice.h"
 #include "collective/hierarchical.h"
 #include "collective/mesh_shape.h"
+#include "collective/over_links.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
 #include "collective/shm_collectives.h"
@@ -358,10 +366,20 @@ Algo auto_algo(const Coll &c, uint64_t bytes, MeshShape shape) {
   return Algo::HalvingDoubling;
 }
 
+// Whether auto reduces over the tree of links on a mesh of shape (when the
+// links connect the members): where the choice above would be partly
+// relayed, so not on a hypercube of a power of two nor for a ring's ring.
+bool over_tree(MeshShape shape, uint64_t bytes) {
+  return shape == MeshShape::Other ||
+         (shape == MeshShape::Ring && bytes < kRecursiveDoublingMaxBytes);
+}
+
 }  // namespace
 
 ReductionOrder allreduce_reduction_order(const Coll &c) {
-  const Algo algo = auto_algo(c, uint64_t{c.args().count} * c.esize(), mesh_shape(c));
+  const uint64_t bytes = uint64_t{c.args().count} * c.esize();
+  if (over_tree(mesh_shape(c), bytes) && MemberRoutes(c).usable()) return ReductionOrder::LinkTree;
+  const Algo algo = auto_algo(c, bytes, mesh_shape(c));
   if (algo == Algo::Ring) return ReductionOrder::Ring;
   if (algo == Algo::Star || algo == Algo::Direct) return ReductionOrder::LeftToRight;
   return ReductionOrder::Tree;
@@ -384,7 +402,13 @@ Task<Status> allreduce(Coll &c) {
     if (ran) co_return s;
     s = co_await hierarchical_allreduce(c, &ran);
     if (ran) co_return s;
-    algo = auto_algo(c, v.bytes, mesh_shape(c));
+    const MeshShape shape = mesh_shape(c);
+    if (over_tree(shape, v.bytes))
+      if (MemberRoutes routes(c); routes.usable()) {
+        c.note_algorithm("tree_over_links");
+        co_return co_await allreduce_over_tree(c, routes);
+      }
+    algo = auto_algo(c, v.bytes, shape);
   }
   c.note_algorithm(kAllreduceAlgoNames[static_cast<int>(algo)]);
   switch (algo) {

@@ -24,6 +24,10 @@
 // size. Across hosts the root's link decides, and the chain (n per link)
 // beats the tree (n log2 p out of the root) for large buffers; hence the
 // chain from NEXAR_LARGE_MSG_BYTES on.
+// On a sparse mesh that is not a power-of-two hypercube (where the binomial
+// tree over r XOR root is all links), auto broadcasts down the tree of
+// direct links instead (tree_over_links.cpp), except for the chain of large
+// buffers on a ring-shaped mesh, whose every hop is a link already.
 // NEXAR_BROADCAST_ALGO=auto|binomial|chain|scatter_allgather forces one
 // (read when a communicator's configuration is built); any other value fails
 // every broadcast with NEXAR_ERR_INVALID_ARGUMENT naming the variable.
@@ -43,6 +47,7 @@
 #include "collective/forced_choice.h"
 #include "collective/hierarchical.h"
 #include "collective/mesh_shape.h"
+#include "collective/over_links.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
 #include "collective/shm_collectives.h"
@@ -239,10 +244,21 @@ Task<Status> broadcast(Coll &c) {
     if (ran) co_return s;
   }
   const MeshShape shape = mesh_shape(c);
+  // A sparse mesh where the usual trees would be partly relayed: the tree
+  // of direct links (tree_over_links.cpp).
+  const bool chain_on_ring = shape == MeshShape::Ring && n >= 3 && bytes >= kChainOnRingMinBytes;
+  if (algo == Algo::Auto && (shape == MeshShape::Ring || shape == MeshShape::Other) &&
+      !chain_on_ring) {
+    if (MemberRoutes routes(c); routes.usable()) {
+      c.note_algorithm("tree_over_links");
+      co_return co_await broadcast_down_tree(c, routes, c.args().root, c.args().recvbuf,
+                                             c.args().count, kPhaseTree);
+    }
+  }
   if (algo == Algo::Auto && shape == MeshShape::Cube)
     algo = Algo::Binomial;  // over r XOR root: every edge a cube link
   else if (algo == Algo::Auto && shape == MeshShape::Ring)
-    algo = n >= 3 && bytes >= kChainOnRingMinBytes ? Algo::Chain : Algo::Binomial;
+    algo = chain_on_ring ? Algo::Chain : Algo::Binomial;
   else if (algo == Algo::Auto)
     algo = n >= 3 && bytes >= c.config().large_msg_bytes ? Algo::Chain : Algo::Binomial;
   c.note_algorithm(kBroadcastAlgoNames[static_cast<int>(algo)]);

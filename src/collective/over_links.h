@@ -32,6 +32,21 @@ void route_part(Coll &c, MemberRoutes &routes, uint32_t s, uint32_t d, uint32_t 
                 const uint8_t *send, uint8_t *recv, uint64_t bytes,
                 std::vector<Task<Status>> *flows);
 
+// Broadcast, reduce and allreduce over the shortest-path tree of links
+// rooted at root (tree_over_links.cpp). broadcast_down_tree: root's buf
+// (count elements) reaches every member, pipelined in segments.
+// reduce_up_tree: root's acc gets the reduction of every member's src,
+// combined as own op kid_1 op kid_2 ... (kids in rank order) at every rank;
+// acc is an inner rank's scratch (pooled when null; the root's must be
+// given; may equal src). allreduce_over_tree: reduce to rank 0, then
+// broadcast from it, so every rank gets rank 0's bits. phase: the
+// messages' sched::step_id phase.
+Task<Status> broadcast_down_tree(Coll &c, MemberRoutes &routes, uint32_t root, void *buf,
+                                 size_t count, uint32_t phase);
+Task<Status> reduce_up_tree(Coll &c, MemberRoutes &routes, uint32_t root, const void *src,
+                            void *acc, uint64_t bytes, uint32_t phase);
+Task<Status> allreduce_over_tree(Coll &c, MemberRoutes &routes);
+
 // Alltoall numbers its messages by (origin, destination): worlds up to this
 // size can.
 constexpr uint32_t kAlltoallOverLinksMaxWorld = 4095;

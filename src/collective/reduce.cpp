@@ -12,6 +12,11 @@
 //   never written.
 //   Cost: ceil(log2 p) (alpha + n beta + n gamma).
 //
+// * Over links (a sparse mesh other than a power-of-two hypercube, whose
+//   links connect the members): the shortest-path tree of direct links
+//   rooted at the root (tree_over_links.cpp); each rank combines own op
+//   kid_1 op kid_2 ..., kids in rank order. Nothing is relayed.
+//
 // Restrictions: none (any p and root; count == 0 completes at once; in place
 // on the root, sendbuf == recvbuf, works).
 //
@@ -19,6 +24,7 @@
 // MPICH reduce_intra_binomial.c.
 #include "collective/collectives.h"
 #include "collective/mesh_shape.h"
+#include "collective/over_links.h"
 #include "collective/ring.h"
 #include "collective/schedule.h"
 #include "collective/shm_collectives.h"
@@ -45,8 +51,14 @@ Task<Status> reduce(Coll &c) {
   bool ran = false;
   Status s = co_await shm_reduce(c, &ran);
   if (ran) co_return s;
-  // On a hypercube the tree runs over r XOR root: every edge a cube link.
-  const TreeRanks tree{root, n, mesh_shape(c) == MeshShape::Cube};
+  // On a hypercube the tree runs over r XOR root: every edge a cube link;
+  // on other sparse meshes, over the tree of direct links.
+  const MeshShape shape = mesh_shape(c);
+  if (shape == MeshShape::Ring || shape == MeshShape::Other)
+    if (MemberRoutes routes(c); routes.usable())
+      co_return co_await reduce_up_tree(c, routes, root, src, me == root ? a.recvbuf : nullptr,
+                                        bytes, 0);
+  const TreeRanks tree{root, n, shape == MeshShape::Cube};
   const uint32_t v = tree.to_v(me);
   const uint32_t kids = Binomial::num_children(v, n);
   const uint32_t parent = v == 0 ? 0 : tree.from_v(static_cast<uint32_t>(Binomial::parent(v)));

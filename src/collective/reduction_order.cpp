@@ -103,6 +103,14 @@ uint32_t binomial(Expression &e, const ReductionInputs &in, uint32_t v) {
   return acc;
 }
 
+// LinkTree: what rank r sends its parent (or the root keeps).
+uint32_t link_tree(Expression &e, const ReductionInputs &in, uint32_t r) {
+  uint32_t acc = e.leaf(r);
+  for (uint32_t k : in.kids[r])
+    acc = e.combine(acc, link_tree(e, in, k));
+  return acc;
+}
+
 // Prefix: what rank r holds after `rounds` rounds of recursive doubling.
 uint32_t prefix(Expression &e, uint32_t r, uint32_t rounds) {
   if (rounds == 0) return e.leaf(r);
@@ -174,6 +182,9 @@ void reduce_in_order(ReductionOrder o, const ReductionInputs &in, size_t first, 
     }
     case ReductionOrder::Binomial:
       root = binomial(e, in, 0);
+      break;
+    case ReductionOrder::LinkTree:
+      root = link_tree(e, in, in.rank);
       break;
     case ReductionOrder::Prefix:
       root = prefix(e, in.rank, doubling_rounds(n));

@@ -13,6 +13,9 @@
 //   n, or r XOR root on a hypercube) combines x_v op (its child v+1's
 //   result) op (child v+2's) op (child v+4's) ..., children below v's lowest
 //   set bit.
+// * LinkTree: the shortest-path tree of direct links rooted at `rank`
+//   (tree_over_links.cpp): rank r combines x_r op (its first kid's result)
+//   op (its second's) ..., kids[r] in rank order.
 // * Prefix, ExclusivePrefix: scan's and exscan's recursive doubling, the
 //   prefix of rank `rank`: in round k (d = 2^k) a rank r >= d combines what
 //   r - d held before the round op what it holds.
@@ -27,7 +30,7 @@
 
 namespace nexar {
 
-enum class ReductionOrder { LeftToRight, Tree, Ring, Binomial, Prefix, ExclusivePrefix };
+enum class ReductionOrder { LeftToRight, Tree, Ring, Binomial, LinkTree, Prefix, ExclusivePrefix };
 
 struct ReductionInputs {
   std::vector<const uint8_t *> x;  // per rank, the element at `first`
@@ -35,8 +38,9 @@ struct ReductionInputs {
   size_t esize = 0;
   nexar_dtype_t dtype = NEXAR_DTYPE_F32;
   nexar_op_t op = NEXAR_OP_SUM;
-  uint32_t rank = 0;  // Binomial's root; the rank whose prefix Prefix orders reduce
+  uint32_t rank = 0;  // Binomial's and LinkTree's root; the rank whose prefix Prefix orders reduce
   bool cube = false;  // Binomial's tree over r XOR root
+  std::vector<std::vector<uint32_t>> kids = {};  // LinkTree: per rank, its children
 };
 
 // out[0, len) = the reduction of elements [first, first + len) in order o.

@@ -8,6 +8,7 @@
 
 #include "client/shm_coll_area.h"
 #include "collective/collectives.h"
+#include "collective/member_routes.h"
 #include "collective/mesh_shape.h"
 #include "collective/reduction_order.h"
 #include "collective/schedule.h"
@@ -138,9 +139,19 @@ Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, Reduct
   co_return co_await await_reader(c, a, target, t0 + chunks);
 }
 
+// The tree of direct links rooted at root, for ReductionOrder::LinkTree.
+void add_link_tree(const Coll &c, uint32_t root, ReductionInputs *x) {
+  MemberRoutes routes(c);
+  x->rank = root;
+  x->kids.resize(c.size());
+  for (uint32_t r = 0; r < c.size(); ++r)
+    x->kids[r] = routes.children(r, root);
+}
+
 Task<Status> allreduce_body(Coll &c, ShmCollArea &a) {
   const ReductionOrder order = allreduce_reduction_order(c);
   ReductionInputs x = inputs_of(c, c.args().count);
+  if (order == ReductionOrder::LinkTree) add_link_tree(c, 0, &x);  // rank 0: allreduce_over_tree's
   if (uint64_t{c.args().count} * c.esize() <= kWholeVectorMaxBytes)
     co_return co_await reduce_from_copies(c, a, order, std::move(x), kEveryone);
   co_return co_await reduce_sliced(c, a, order, std::move(x), kEveryone);
@@ -149,11 +160,18 @@ Task<Status> allreduce_body(Coll &c, ShmCollArea &a) {
 Task<Status> reduce_body(Coll &c, ShmCollArea &a) {
   ReductionInputs x = inputs_of(c, c.args().count);
   x.rank = c.args().root;
-  x.cube = mesh_shape(c) == MeshShape::Cube;
+  const MeshShape shape = mesh_shape(c);
+  x.cube = shape == MeshShape::Cube;
+  // reduce.cpp's choice: the tree of links on sparse meshes but cubes.
+  ReductionOrder order = ReductionOrder::Binomial;
+  if ((shape == MeshShape::Ring || shape == MeshShape::Other) && MemberRoutes(c).usable()) {
+    order = ReductionOrder::LinkTree;
+    add_link_tree(c, c.args().root, &x);
+  }
   const auto root = static_cast<int32_t>(c.args().root);
   if (uint64_t{c.args().count} * c.esize() <= kWholeVectorMaxBytes)
-    co_return co_await reduce_from_copies(c, a, ReductionOrder::Binomial, std::move(x), root);
-  co_return co_await reduce_sliced(c, a, ReductionOrder::Binomial, std::move(x), root);
+    co_return co_await reduce_from_copies(c, a, order, std::move(x), root);
+  co_return co_await reduce_sliced(c, a, order, std::move(x), root);
 }
 
 Task<Status> scan_body(Coll &c, ShmCollArea &a) {

@@ -1,6 +1,7 @@
-// Gather and scatter over a spanning tree of direct links: the shortest-path
-// tree rooted at the root (a breadth-first tree: each rank's parent is its
-// next hop towards the root, member_routes.h), so no message is relayed.
+// Gather, scatter, broadcast, reduce and allreduce over a spanning tree of
+// direct links: the shortest-path tree rooted at the root (a breadth-first
+// tree: each rank's parent is its next hop towards the root,
+// member_routes.h), so no message is relayed.
 //
 // Blocks travel in the tree's pre-order (a rank, then its children's
 // subtrees in rank order), so every subtree is one contiguous run:
@@ -13,10 +14,25 @@
 // One message per tree edge (step 0). Cost: (depth of the tree) alpha; each
 // block crosses as many links as its rank is deep, which is the hops the
 // relay would carry it; an inner rank holds its subtree's blocks (pooled).
+//
+// Broadcast: each rank receives the buffer from its parent segment by
+//   segment and forwards each segment to all its children as soon as it has
+//   arrived (a TransferWindow, ring.h). Cost: (depth + S - 1) segment
+//   latencies for S segments; every tree link carries n once.
+// Reduce: each rank combines its children's partial results into its own,
+//   in a fixed order, own op kid_1 op kid_2 ... with kids in rank order (the
+//   tree is the same on every run, so are the bits), then sends the result
+//   to its parent. Cost: depth (alpha + n beta + n gamma).
+// Allreduce: reduce to rank 0, then broadcast from rank 0: every rank gets
+//   the same bits.
+#include <algorithm>
 #include <cstring>
+#include <exception>
 
 #include "collective/collectives.h"
 #include "collective/over_links.h"
+#include "collective/ring.h"
+#include "collective/schedule.h"
 #include "core/copy.h"
 
 namespace nexar {
@@ -104,6 +120,103 @@ Task<Status> scatter_over_links(Coll &c, MemberRoutes &routes, uint64_t block) {
   if (!s) co_return s;
   copy_bytes(recv, buf, block);
   co_return Status();
+}
+
+namespace {
+
+// Broadcast segments: at most pipeline_segment_bytes, about 2p of them so
+// the pipeline fills, none below kTreeMinSegmentBytes (smaller ones cost
+// more in per-message overhead than they gain).
+constexpr uint64_t kTreeMinSegmentBytes = 64 << 10;
+
+uint32_t tree_segments(const Coll &c, size_t count) {
+  const uint64_t bytes = uint64_t{count} * c.esize();
+  const uint64_t seg = std::min<uint64_t>(
+      c.config().pipeline_segment_bytes,
+      std::max<uint64_t>(kTreeMinSegmentBytes, bytes / (2 * uint64_t{c.size()})));
+  return sched::segments_per_block(count, c.esize(), seg, 1, sched::kMaxStepIndex + 1);
+}
+
+Task<Status> tree_broadcast_units(Coll &c, TransferWindow &window, MemberRoutes &routes,
+                                  uint32_t root, void *buf, size_t count, uint32_t phase) {
+  const uint32_t me = c.rank();
+  const std::vector<uint32_t> kids = routes.children(me, root);
+  const uint32_t parent = routes.next_hop(me, root);
+  const uint32_t segs = tree_segments(c, count);
+  const size_t send_window = kSendWindow * std::max<size_t>(1, kids.size());
+  auto piece = [&](uint32_t j) { return mut_piece(buf, 0, count, j, segs, c.esize()); };
+  uint32_t posted = me == root ? segs : 0;  // segments whose receive has started
+  auto post = [&] {
+    window.recv(parent, sched::step_id(phase, posted), piece(posted));
+    ++posted;
+  };
+  for (uint32_t j = 0; j < segs; ++j) {
+    while (posted <= j) {
+      Status s = co_await window.wait_until([&] { return window.recvs() < kRecvWindow; });
+      if (!s) co_return s;
+      post();
+    }
+    while (posted < segs && window.recvs() < kRecvWindow)
+      post();
+    if (kids.empty()) continue;
+    const MutPiece p = piece(j);
+    Status s = co_await window.wait_until([&] {
+      return window.sends() + kids.size() <= send_window &&
+             !window.written_by_recv(p.data, p.bytes);
+    });
+    if (!s) co_return s;
+    for (uint32_t k : kids)
+      window.send(k, sched::step_id(phase, j), ConstPiece{p.data, p.bytes});
+  }
+  co_return co_await window.wait_until([&] { return window.sends() + window.recvs() == 0; });
+}
+
+}  // namespace
+
+Task<Status> broadcast_down_tree(Coll &c, MemberRoutes &routes, uint32_t root, void *buf,
+                                 size_t count, uint32_t phase) {
+  TransferWindow window(c);
+  Status s;
+  std::exception_ptr ex;
+  try {
+    s = co_await tree_broadcast_units(c, window, routes, root, buf, count, phase);
+  } catch (...) {
+    ex = std::current_exception();
+  }
+  co_await window.drain();  // the transfers refer to the window
+  if (ex) std::rethrow_exception(ex);
+  co_return s;
+}
+
+Task<Status> reduce_up_tree(Coll &c, MemberRoutes &routes, uint32_t root, const void *src,
+                            void *acc, uint64_t bytes, uint32_t phase) {
+  const uint32_t me = c.rank(), step = sched::step_id(phase, 0);
+  const std::vector<uint32_t> kids = routes.children(me, root);
+  const uint32_t parent = routes.next_hop(me, root);
+  if (kids.empty()) co_return co_await c.send(parent, step, src, bytes);
+  PooledBuf pooled;
+  if (!acc) {
+    pooled = c.pool().checkout(static_cast<size_t>(bytes));
+    acc = pooled.data();
+  }
+  // acc = own op kid_1 op kid_2 ..., kids in rank order, each combined as its
+  // packets arrive (a kid arriving early waits in the mailbox).
+  for (size_t i = 0; i < kids.size(); ++i) {
+    Status s = co_await c.recv_reduce(kids[i], step, acc, i == 0 ? src : acc, bytes,
+                                      /*own_first=*/true);
+    if (!s) co_return s;
+  }
+  if (me == root) co_return Status();
+  co_return co_await c.send(parent, step, acc, bytes);
+}
+
+Task<Status> allreduce_over_tree(Coll &c, MemberRoutes &routes) {
+  constexpr uint32_t kRoot = 0, kPhaseUp = 0, kPhaseDown = 1;
+  const CollArgs &a = c.args();
+  Status s = co_await reduce_up_tree(c, routes, kRoot, a.sendbuf, a.recvbuf,
+                                     uint64_t{a.count} * c.esize(), kPhaseUp);
+  if (!s) co_return s;
+  co_return co_await broadcast_down_tree(c, routes, kRoot, a.recvbuf, a.count, kPhaseDown);
 }
 
 }  // namespace nexar
