@@ -153,6 +153,7 @@ void every_collective(const World &w, const std::vector<size_t> &counts) {
 
 const Mesh kKRegular4{"k_regular:4", NEXAR_TOPOLOGY_KREGULAR, 4};
 const Mesh kHypercube{"hypercube", NEXAR_TOPOLOGY_HYPERCUBE, 0};
+const Mesh kRing{"ring", NEXAR_TOPOLOGY_RING, 0};
 
 class SparseWorld : public ::testing::TestWithParam<std::tuple<Mesh, uint32_t>> {};
 
@@ -281,6 +282,115 @@ INSTANTIATE_TEST_SUITE_P(Meshes, SparseWorld,
                                                                                  : "k_regular4") +
                                   "_" + std::to_string(std::get<1>(info.param));
                          });
+
+namespace {
+
+uint64_t forwarded(const World &w) {
+  uint64_t sum = 0;
+  for (uint32_t r = 0; r < w.size(); ++r)
+    sum += stats(w[r]).relay_bytes_forwarded;
+  return sum;
+}
+
+// Broadcast (several roots), reduce (several roots) and allreduce, small and
+// above 64 KiB, on world w: exact integer results; f64 results the same bits
+// on every rank (allreduce) and on every run (reduce).
+void tree_collectives(const World &w) {
+  const uint32_t n = w.size();
+  auto fval = [](uint32_t r, size_t i) { return 1.0 / (3.0 + r * 7.0 + static_cast<double>(i)); };
+  std::vector<std::vector<double>> all_sums(n);
+  on_each_rank(n, [&](uint32_t me) {
+    const int64_t ranks = int64_t{n} * (n + 1) / 2;
+    for (size_t count : {size_t{3}, size_t{20000}}) {  // 12 B / 80 KiB of i32
+      SCOPED_TRACE("rank " + std::to_string(me) + " count " + std::to_string(count));
+      for (uint32_t root : {0u, n - 1, n / 2}) {
+        std::vector<int32_t> bc(count);
+        for (size_t i = 0; i < count; ++i)
+          bc[i] = me == root ? static_cast<int32_t>(i * 5 + root) : -1;
+        NX_OK(nexar_broadcast(w[me], bc.data(), count, NEXAR_DTYPE_I32, root, nullptr, nullptr));
+        for (size_t i = 0; i < count; ++i)
+          ASSERT_EQ(bc[i], static_cast<int32_t>(i * 5 + root)) << "broadcast from " << root;
+      }
+      std::vector<int64_t> a(count), red(count, -1), sum(count, -1);
+      for (size_t i = 0; i < count; ++i)
+        a[i] = int64_t{me + 1} * static_cast<int64_t>(i % 31 + 1);
+      for (uint32_t root : {1u, n - 1}) {
+        NX_OK(nexar_reduce(w[me], a.data(), red.data(), count, NEXAR_DTYPE_I64, NEXAR_OP_SUM, root,
+                           nullptr, nullptr));
+        if (me == root)
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(red[i], ranks * static_cast<int64_t>(i % 31 + 1)) << "reduce to " << root;
+      }
+      NX_OK(nexar_allreduce(w[me], a.data(), sum.data(), count, NEXAR_DTYPE_I64, NEXAR_OP_SUM,
+                            nullptr, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(sum[i], ranks * static_cast<int64_t>(i % 31 + 1)) << "allreduce at " << i;
+    }
+    for (size_t count : {size_t{1001}, size_t{20000}}) {  // 8 KiB / 160 KiB of f64
+      std::vector<double> d(count), sum(count), red(count), again(count);
+      for (size_t i = 0; i < count; ++i)
+        d[i] = fval(me, i);
+      NX_OK(nexar_allreduce(w[me], d.data(), sum.data(), count, NEXAR_DTYPE_F64, NEXAR_OP_SUM,
+                            nullptr, nullptr));
+      all_sums[me].insert(all_sums[me].end(), sum.begin(), sum.end());
+      const uint32_t root = n - 2;
+      for (double *out : {red.data(), again.data()})
+        NX_OK(nexar_reduce(w[me], d.data(), out, count, NEXAR_DTYPE_F64, NEXAR_OP_SUM, root,
+                           nullptr, nullptr));
+      if (me == root)
+        ASSERT_EQ(std::memcmp(red.data(), again.data(), count * sizeof(double)), 0)
+            << "reduce bits differ between runs";
+    }
+  });
+  for (uint32_t r = 1; r < n; ++r)
+    ASSERT_EQ(
+        std::memcmp(all_sums[r].data(), all_sums[0].data(), all_sums[0].size() * sizeof(double)), 0)
+        << "allreduce bits of rank " << r << " differ from rank 0's";
+}
+
+class TreeWorld : public ::testing::TestWithParam<std::tuple<Mesh, uint32_t>> {};
+
+}  // namespace
+
+// Broadcast, reduce and allreduce follow the graph (a tree of links where
+// the usual algorithms would be relayed): the relay forwards nothing.
+TEST_P(TreeWorld, BroadcastReduceAllreduceRelayNothing) {
+  const auto &[mesh, n] = GetParam();
+  nexar_comm_options_t o = mesh_options(mesh);
+  World w(n, &o);
+  ASSERT_TRUE(w.ok());
+  const uint64_t before = forwarded(w);
+  tree_collectives(w);
+  EXPECT_EQ(forwarded(w), before) << "bytes forwarded by relays";
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, TreeWorld,
+                         ::testing::Combine(::testing::Values(kKRegular4, kHypercube, kRing),
+                                            ::testing::Values(5u, 8u, 13u, 16u)),
+                         [](const auto &info) {
+                           const Mesh &m = std::get<0>(info.param);
+                           return std::string(m.kind == NEXAR_TOPOLOGY_HYPERCUBE ? "hypercube"
+                                              : m.kind == NEXAR_TOPOLOGY_RING    ? "ring"
+                                                                                 : "k_regular4") +
+                                  "_" + std::to_string(std::get<1>(info.param));
+                         });
+
+// The same on a custom graph: a path 0-1-2-3-4-5 with a branch 2-6-7 and a
+// chord 5-7 (depth 3 from rank 2, 5 from rank 0).
+TEST(SparseTopology, CustomGraphTreeCollectivesRelayNothing) {
+  const uint32_t edges[] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 2, 6, 6, 7, 5, 7};
+  nexar_comm_options_t o;
+  ASSERT_EQ(nexar_comm_options_init(&o, sizeof o), NEXAR_OK);
+  o.topology = NEXAR_TOPOLOGY_CUSTOM;
+  o.topology_edges = edges;
+  o.topology_edge_count = 8;
+  o.pipeline_segment_bytes = 16 << 10;
+  World w(8, &o);
+  ASSERT_TRUE(w.ok());
+  const uint64_t before = forwarded(w);
+  tree_collectives(w);
+  EXPECT_EQ(forwarded(w), before) << "bytes forwarded by relays";
+}
 
 // A custom graph (a star around rank 2 plus a chord): routes through the
 // hub, results exact; an invalid one fails formation naming the problem.
