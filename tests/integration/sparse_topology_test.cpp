@@ -506,8 +506,8 @@ TEST(SparseTopology, SixtyFourRanks) {
 // Algorithm choice knows the graph: on a hypercube, allreduce (recursive
 // doubling and halving), broadcast and reduce (a binomial tree over
 // r XOR root) use cube links only; on k_regular:4 the ring steps and the
-// broadcast chain of large vectors are links (small ones take the fewest
-// rounds, partly relayed). Nothing is forwarded.
+// broadcast chain of large vectors are links (small ones go over the
+// spanning tree of links: TreeWorld). Nothing is forwarded.
 TEST(SparseTopology, CollectivesKeepToLinks) {
   for (const Mesh &m : {kHypercube, kKRegular4}) {
     SCOPED_TRACE(m.name);
