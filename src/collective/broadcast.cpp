@@ -213,17 +213,7 @@ Task<Status> chain_units(Coll &c, TransferWindow &window) {
 }
 
 Task<Status> chain(Coll &c) {
-  TransferWindow window(c);
-  Status s;
-  std::exception_ptr ex;
-  try {
-    s = co_await chain_units(c, window);
-  } catch (...) {
-    ex = std::current_exception();
-  }
-  co_await window.drain();  // the transfers refer to the window
-  if (ex) std::rethrow_exception(ex);
-  co_return s;
+  co_return co_await with_window(c, [&](TransferWindow &window) { return chain_units(c, window); });
 }
 
 }  // namespace

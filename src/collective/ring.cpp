@@ -132,19 +132,8 @@ Task<Status> run_ring(Coll &c, uint32_t phase, uint32_t steps, uint32_t segs, Ri
     co_return error(NEXAR_ERR_INTERNAL,
                     format("%s: ring schedule of %llu messages exceeds the numbering", c.what(),
                            static_cast<unsigned long long>(units)));
-  TransferWindow window(c);
-  Status s;
-  std::exception_ptr ex;
-  try {
-    s = co_await ring_units(c, phase, steps, segs, plan, window);
-  } catch (...) {
-    ex = std::current_exception();
-  }
-  // The window's transfers refer to it: wait for all of them, even after a
-  // failure (which ends them promptly).
-  co_await window.drain();
-  if (ex) std::rethrow_exception(ex);
-  co_return s;
+  co_return co_await with_window(
+      c, [&](TransferWindow &window) { return ring_units(c, phase, steps, segs, plan, window); });
 }
 
 }  // namespace nexar

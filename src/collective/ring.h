@@ -23,6 +23,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "collective/coll.h"
@@ -156,6 +157,24 @@ constexpr uint64_t kMinSplitBytes = 64 << 10;
 // next step can send the first half of a block while its second half is
 // still being received and reduced), within the message-number budget.
 uint32_t ring_segments(const Coll &c, uint32_t steps, size_t max_block, bool reduces);
+
+// Runs units(window) with a TransferWindow of its own, then waits for every
+// transfer of the window (they refer to it) on every path: success, failure
+// (which ends them promptly) or an exception.
+template <class Units>
+Task<Status> with_window(Coll &c, Units units) {
+  TransferWindow window(c);
+  Status s;
+  std::exception_ptr ex;
+  try {
+    s = co_await units(window);
+  } catch (...) {
+    ex = std::current_exception();
+  }
+  co_await window.drain();
+  if (ex) std::rethrow_exception(ex);
+  co_return s;
+}
 
 // A piece of a block: segment `seg` of `segs` of the block of `len` elements
 // at element offset `off`, within a buffer of esize-byte elements.

@@ -27,7 +27,6 @@
 //   the same bits.
 #include <algorithm>
 #include <cstring>
-#include <exception>
 
 #include "collective/collectives.h"
 #include "collective/over_links.h"
@@ -175,17 +174,9 @@ Task<Status> tree_broadcast_units(Coll &c, TransferWindow &window, MemberRoutes 
 
 Task<Status> broadcast_down_tree(Coll &c, MemberRoutes &routes, uint32_t root, void *buf,
                                  size_t count, uint32_t phase) {
-  TransferWindow window(c);
-  Status s;
-  std::exception_ptr ex;
-  try {
-    s = co_await tree_broadcast_units(c, window, routes, root, buf, count, phase);
-  } catch (...) {
-    ex = std::current_exception();
-  }
-  co_await window.drain();  // the transfers refer to the window
-  if (ex) std::rethrow_exception(ex);
-  co_return s;
+  co_return co_await with_window(c, [&](TransferWindow &window) {
+    return tree_broadcast_units(c, window, routes, root, buf, count, phase);
+  });
 }
 
 Task<Status> reduce_up_tree(Coll &c, MemberRoutes &routes, uint32_t root, const void *src,
