@@ -19,8 +19,9 @@ stage() {
 # ctest in build dir $1 with per-test timeout $2, excluding regex $3: two
 # tests at a time (most wait on their processes, not on a core), except the
 # load-sensitive ones (valgrind's run, the handshake flood, a frozen rank's
-# timing, the benchmark tool's), which run alone after.
-serial='^valgrind\.|StalledHandshakesAreCapped|FrozenRankWoken|^bench\.'
+# timing, the all-pairs sweeps of 4 to 8 in-process ranks, the benchmark
+# tool's), which run alone after.
+serial='^valgrind\.|StalledHandshakesAreCapped|FrozenRankWoken|AllPairsAllSizes|^bench\.'
 run_ctest() {
   local dir="$1" timeout="$2" exclude="$3"
   (cd "$dir" && ctest --output-on-failure -j2 --timeout "$timeout" -E "$serial|$exclude" &&
