@@ -17,6 +17,7 @@
 #include <nexar.h>
 #include <signal.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -175,21 +176,31 @@ TEST(ElasticProcesses, MemberLostAfterOthersFormedTheGrownMeshLeavesNoHalfFormed
       << job.seed->dump();
 }
 
-TEST(ElasticProcesses, JoinerKilledDuringGrowIsNotAdmitted) {
-  ElasticJob job(2);
+// Two members wait for two joiners, then grow by both once "go" exists:
+// start_doomed starts the first joiner, which the test makes fail; the
+// members and the other joiner must end in a world of 3.
+void grow_without_the_doomed_joiner(ElasticJob &job, const std::function<Proc &()> &start_doomed,
+                                    const std::function<void(Proc &)> &before_go) {
   const std::string member = "check,pending:2,waitfile:" + (job.dir / "go") + ",grow:2,check";
   Proc &m0 = job.start("m0", member, 0);
   Proc &m1 = job.start("m1", member, 1);
   ASSERT_TRUE(m0.wait_output("CHECK rank=0 size=2", 60)) << dump_all(job.all);
-  Proc &doomed = job.start("doomed", "check", -1);
+  Proc &doomed = start_doomed();
   Proc &j = job.start("j", "check", -1);
   ASSERT_TRUE(m0.wait_output("PENDING rank=0 count=2", 60)) << dump_all(job.all);
   ASSERT_TRUE(m1.wait_output("PENDING rank=1 count=2", 60)) << dump_all(job.all);
-  doomed.signal(SIGKILL);
+  before_go(doomed);
   job.go();
   job.expect_done(m0, "DONE rank=0 size=3");
   job.expect_done(m1, "DONE rank=1 size=3");
   job.expect_done(j, "DONE rank=2 size=3");
+}
+
+TEST(ElasticProcesses, JoinerKilledDuringGrowIsNotAdmitted) {
+  ElasticJob job(2);
+  grow_without_the_doomed_joiner(
+      job, [&]() -> Proc & { return job.start("doomed", "check", -1); },
+      [](Proc &doomed) { doomed.signal(SIGKILL); });
 }
 
 // The joiner dies after the grown mesh formed, before it told the seed: the
@@ -198,25 +209,24 @@ TEST(ElasticProcesses, JoinerKilledDuringGrowIsNotAdmitted) {
 // for it), and the grow completes.
 TEST(ElasticProcesses, JoinerLostAfterTheGrownMeshFormedIsNotAdmitted) {
   ElasticJob job(2);
-  const std::string member = "check,pending:2,waitfile:" + (job.dir / "go") + ",grow:2,check";
-  Proc &m0 = job.start("m0", member, 0);
-  Proc &m1 = job.start("m1", member, 1);
-  ASSERT_TRUE(m0.wait_output("CHECK rank=0 size=2", 60)) << dump_all(job.all);
-  job.procs.push_back(std::make_unique<Proc>(
-      job.dir, "doomed",
-      std::vector<std::string>{NEXAR_PROBE_BIN, "impostor", "--seed", job.addr, "--token", kToken,
-                               "--rank", "-1", "--target", "0", "--attack", "die-after-mesh"},
-      Proc::Env{{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"}, {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}}));
-  Proc &doomed = *job.procs.back();
-  job.all.push_back(&doomed);
-  Proc &j = job.start("j", "check", -1);
-  ASSERT_TRUE(m0.wait_output("PENDING rank=0 count=2", 60)) << dump_all(job.all);
-  ASSERT_TRUE(m1.wait_output("PENDING rank=1 count=2", 60)) << dump_all(job.all);
-  job.go();
-  ASSERT_TRUE(doomed.wait_output("PROBE_DYING_FORMED", 60)) << dump_all(job.all);
-  job.expect_done(m0, "DONE rank=0 size=3");
-  job.expect_done(m1, "DONE rank=1 size=3");
-  job.expect_done(j, "DONE rank=2 size=3");
+  Proc *doomed = nullptr;
+  grow_without_the_doomed_joiner(
+      job,
+      [&]() -> Proc & {
+        job.procs.push_back(std::make_unique<Proc>(
+            job.dir, "doomed",
+            std::vector<std::string>{NEXAR_PROBE_BIN, "impostor", "--seed", job.addr, "--token",
+                                     kToken, "--rank", "-1", "--target", "0", "--attack",
+                                     "die-after-mesh"},
+            Proc::Env{{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
+                      {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}}));
+        doomed = job.procs.back().get();
+        job.all.push_back(doomed);
+        return *doomed;
+      },
+      [](Proc &) {});
+  // It formed the grown mesh and died before reporting it.
+  EXPECT_TRUE(contains(doomed->out(), "PROBE_DYING_FORMED")) << doomed->dump();
   EXPECT_TRUE(contains(job.seed->err(), "was lost during a grow")) << job.seed->dump();
   EXPECT_TRUE(contains(job.seed->out(), "took in 1 joiner(s), now 3 ranks")) << job.seed->dump();
 }
