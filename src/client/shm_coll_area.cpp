@@ -10,8 +10,9 @@ std::unique_ptr<ShmCollArea> ShmCollArea::create(ShmHost &host, uint32_t rank, u
   uint64_t offset = 0;
   uint8_t *own = host.allocate_shared(kAreaBytes, &offset);
   if (!own) return nullptr;
-  // Counters start at zero: no ticket published, reduced or finished.
-  memset(own, 0, 3 * kShmLine);
+  // Counters start at zero: no ticket published, reduced or finished, and
+  // no wait asleep.
+  memset(own, 0, kCounterLines * kShmLine);
   for (uint32_t s = 0; s < kSlots; ++s)
     memset(own + slot_offset(s), 0, kShmLine);
   return std::make_unique<ShmCollArea>(host, rank, size, own, offset);
@@ -48,8 +49,11 @@ bool ShmCollArea::in_own_heap(const void *p, uint64_t bytes, uint64_t *offset) c
 }
 
 void ShmCollArea::ring_all() const {
+  // Dekker with the waiter (wait_for): it sets its sleeping word, then
+  // looks at the counters; this side changed a counter, then looks at the
+  // word (both sequentially consistent: shm_store, shm_load).
   for (uint32_t r = 0; r < members_.size(); ++r)
-    if (r != rank_) host_.ring(members_[r].world_rank);
+    if (r != rank_ && shm_load(counter(r, kSleeping)) != 0) host_.ring(members_[r].world_rank);
 }
 
 }  // namespace nexar

@@ -8,6 +8,8 @@
 //   line 0   published: tickets whose data this member put in its slot
 //   line 1   reduced:   tickets whose slice this member reduced in its slot
 //   line 2   finished:  tickets this member is done reading from the others
+//   line 3   sleeping:  nonzero while a wait of this member on the others'
+//                       counters may sleep (then a change rings it)
 //   then kSlots slots, each a header line (SlotHeader), kSlotBytes of data
 //   and kResultBytes for the slice of it this member reduces
 //
@@ -29,7 +31,8 @@ class ShmHost;
 
 class ShmCollArea {
  public:
-  enum Counter : uint32_t { kPublished = 0, kReduced = 1, kFinished = 2 };
+  enum Counter : uint32_t { kPublished = 0, kReduced = 1, kFinished = 2, kSleeping = 3 };
+  static constexpr uint32_t kCounterLines = 4;
   static constexpr uint32_t kSlots = 2;
   static constexpr uint64_t kSlotBytes = 1ull << 20;
   // What the owner writes before publishing a ticket.
@@ -43,7 +46,7 @@ class ShmCollArea {
   // or more.
   static constexpr uint64_t kResultBytes = kSlotBytes / 2 + kShmLine;
   static constexpr uint64_t kSlotStride = kShmLine + kSlotBytes + kResultBytes;
-  static constexpr uint64_t kAreaBytes = 3 * kShmLine + kSlots * kSlotStride;
+  static constexpr uint64_t kAreaBytes = kCounterLines * kShmLine + kSlots * kSlotStride;
 
   // This member's area (rank of size members), or null when the heap cannot
   // hold one (the communicator's collectives then travel as messages).
@@ -96,7 +99,10 @@ class ShmCollArea {
   // This member's heap offset of p, or false if p is not in its heap.
   bool in_own_heap(const void *p, uint64_t bytes, uint64_t *offset) const;
 
-  // Rings every other member whose loop sleeps.
+  // After a change of this member's counters: rings every other member
+  // whose wait on them may sleep (its sleeping word is set) and whose loop
+  // sleeps. A member that polls needs no doorbell: the ring is a syscall
+  // and wakes its loop thread for nothing.
   void ring_all() const;
 
   // The bytes a member copies or reduces per ticket of the running
@@ -113,7 +119,7 @@ class ShmCollArea {
 
  private:
   static uint64_t slot_offset(uint64_t ticket) {
-    return 3 * kShmLine + (ticket % kSlots) * kSlotStride;
+    return kCounterLines * kShmLine + (ticket % kSlots) * kSlotStride;
   }
 
   struct Member {

@@ -45,6 +45,20 @@ int32_t late_member(const ShmCollArea &a, Counter c, uint64_t value, int32_t onl
   return -1;
 }
 
+// Sets this member's sleeping word for its lifetime (ShmCollArea::ring_all).
+class SleepingWord {
+ public:
+  explicit SleepingWord(const ShmCollArea &a) : word_(a.own(Counter::kSleeping)) {
+    shm_store(word_, 1);
+  }
+  ~SleepingWord() { shm_store(word_, 0); }
+  SleepingWord(const SleepingWord &) = delete;
+  SleepingWord &operator=(const SleepingWord &) = delete;
+
+ private:
+  uint64_t *word_;
+};
+
 }  // namespace
 
 Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, const char *doing,
@@ -69,6 +83,10 @@ Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, 
   sc.waiting_seq = c.seq();
   sc.waiting_on = late;
   fr::waiting(c.op()->trace(), late, 0);
+  // From here a change of the counters must ring this member (ring_all);
+  // the condition looks at them once more after this store. Collectives of
+  // an area wait one at a time.
+  SleepingWord sleeping(a);
   Status s = co_await ShmCondition(
       a.host(), c.op(), c.deadline_ns(), only,
       [&a, k, value, only] { return late_member(a, k, value, only) < 0; }, c.what(),

@@ -71,6 +71,7 @@ void ShmChannel::ring_peer() {
   const uint64_t seq = shm_load(&peer_.header()->sleep_seq);
   if ((seq & 1) == 0 || seq == last_rung_seq_) return;
   last_rung_seq_ = seq;
+  ++doorbells_rung_;
   const ssize_t n = ::send(sock_.get(), &kDoorbell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   (void)n;  // a full socket already holds a doorbell; a dead peer shows as a hang-up
 }

@@ -126,6 +126,8 @@ class ShmChannel {
   uint64_t bytes_by_reference() const { return bytes_by_reference_; }
   uint64_t messages_sent() const { return messages_sent_; }
   uint64_t messages_received() const { return messages_received_; }
+  // Doorbells this side rang (each a system call that wakes the peer).
+  uint64_t doorbells_rung() const { return doorbells_rung_; }
 
  private:
   uint64_t ring_free() const;
@@ -160,7 +162,8 @@ class ShmChannel {
   // The peer's ring to this side.
   PeerShmSegment peer_;
   uint64_t in_mask_;
-  uint64_t last_rung_seq_ = 0;  // the peer's sleep for which the doorbell rang
+  uint64_t last_rung_seq_ = 0;
+  uint64_t doorbells_rung_ = 0;  // the peer's sleep for which the doorbell rang
 
   std::list<ShmSendItem> queue_;
   uint64_t queued_bytes_ = 0;
