@@ -26,12 +26,12 @@ CallerRun::CallerRun(EventLoop &loop) : loop_(loop) {
 Status CallerRun::run_here_and_wait(BlockingSlot &slot, uint32_t spin_us) {
   int fd = -1, doorbell = -1;
   uint64_t due = UINT64_MAX;
-  if (!run_here(&fd, &doorbell, &due)) return slot.wait(spin_us);
+  if (!run_here(slot, &fd, &doorbell, &due)) return slot.wait(spin_us);
   if (fd < 0) return slot.wait(0);
   return wait_on_socket(slot, fd, doorbell, due);
 }
 
-bool CallerRun::run_here(int *lend_fd, int *doorbell, uint64_t *due) {
+bool CallerRun::run_here(const BlockingSlot &slot, int *lend_fd, int *doorbell, uint64_t *due) {
   // A loop thread that spins (NEXAR_SPIN_US) or is awake picks the command
   // up itself. Without the wake timer the loop thread could not learn of
   // timers armed here.
@@ -46,10 +46,14 @@ bool CallerRun::run_here(int *lend_fd, int *doorbell, uint64_t *due) {
     loop_.wake();
     return false;
   }
-  // Before the command runs: a reply may come while it still runs, and must
-  // not wake the loop thread then either.
-  if (!borrower_wake_.valid() || !loop_.socket_.lend(lend_fd, doorbell)) *lend_fd = -1;
+  // The socket is borrowed only once the command is left waiting: one that
+  // finished here (a small collective on shared memory) then costs no
+  // epoll_ctl. A reply that comes while the command still runs wakes the
+  // loop thread, which takes the loop after this caller.
+  *lend_fd = -1;
   const bool wake_now = run_as_loop([this] { loop_.drain_commands(); });
+  if (!slot.done() && borrower_wake_.valid() && !loop_.socket_.lend(lend_fd, doorbell))
+    *lend_fd = -1;
   if (!wake_now) {
     // A borrowing caller fires the due timers itself while it waits, and
     // hands the rest to the wake timer when it leaves.

@@ -71,10 +71,10 @@ class CallerRun {
  private:
   static void on_wake_timer(struct ev_loop *, ev_io *w, int);
   // The first half of run_here_and_wait: false if the loop thread was awake
-  // (and is woken). Borrows the socket before the commands run; if it did,
+  // (and is woken). Borrows the socket if the commands left slot pending; if it did,
   // *lend_fd is the socket and *due the earliest timer armed here, which the
   // caller fires itself, else the wake timer is armed.
-  bool run_here(int *lend_fd, int *doorbell, uint64_t *due);
+  bool run_here(const BlockingSlot &slot, int *lend_fd, int *doorbell, uint64_t *due);
   // With loop_mu_ held while the loop thread sleeps in epoll: runs work on
   // the loop's side on this thread, then what it made ready. True if the
   // loop thread must wake now (a watcher changed, or work is left), which

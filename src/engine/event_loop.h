@@ -74,6 +74,8 @@ class EventLoop {
   }
   void unwatch_doorbell() { socket_.unwatch_doorbell(); }
   void unwatch_socket() { socket_.unwatch(); }
+  // How many times a blocking caller borrowed the socket (CallerRun).
+  uint64_t socket_lends() { return socket_.lends(); }
   // Loop side: every timer and I/O watcher of the loop is (re)started here,
   // so that a caller running commands (run_here_and_wait) learns what the
   // sleeping loop thread has not seen. arm_timer fires t once at deadline_ns

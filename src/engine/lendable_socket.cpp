@@ -154,6 +154,7 @@ bool LendableSocket::lend(int *fd, int *doorbell) {
     if (epoll_ctl(set_.get(), EPOLL_CTL_MOD, doorbell_, &bell) == 0) *doorbell = doorbell_;
   }
   lent_ = true;
+  ++lends_;
   *fd = fd_;
   return true;
 }

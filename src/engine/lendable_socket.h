@@ -46,6 +46,11 @@ class LendableSocket {
   bool lend(int *fd, int *doorbell);
   // Unmasks the socket in the set, with the events watched meanwhile.
   void give_back();
+  // How many times a caller borrowed the socket (each two or four epoll_ctl).
+  uint64_t lends() {
+    std::lock_guard<std::mutex> g(mu_);
+    return lends_;
+  }
   // Whether the loop side watches EV_WRITE now (from any thread).
   bool wants_write();
   // Loop side: fd is still the socket watched, with its handler.
@@ -73,6 +78,7 @@ class LendableSocket {
   int doorbell_ = -1;
   uint32_t events_ = 0;  // what the loop side watches, as epoll events
   bool lent_ = false;    // a caller waiting on the socket masks it in the set
+  uint64_t lends_ = 0;
   // No set (epoll_create1 or epoll_ctl failed): libev watches the socket
   // itself through io_, and no caller borrows it.
   bool watched_directly_ = false;

@@ -285,7 +285,9 @@ TEST(CallerPoll, WaitHereReadsTheSocketOnTheCallerThenGivesItBack) {
   s.sock.send_later(20);
   {
     Watchdog dog("the datagram read by the polling caller", 10);
+    const uint64_t lends = s.loop.socket_lends();
     EXPECT_TRUE(s.loop.run_here_and_wait(mine, 0).ok());
+    EXPECT_EQ(s.loop.socket_lends(), lends + 1);
   }
   EXPECT_EQ(s.sock.reads.load(), 1);
   EXPECT_EQ(s.sock.read_on, std::this_thread::get_id());
@@ -299,6 +301,25 @@ TEST(CallerPoll, WaitHereReadsTheSocketOnTheCallerThenGivesItBack) {
   }
   EXPECT_EQ(s.sock.reads.load(), 2);
   EXPECT_NE(s.sock.read_on, std::this_thread::get_id());
+}
+
+// A command that finished on the caller's thread (a small collective on
+// shared memory) leaves the socket alone: borrowing it costs epoll_ctl calls
+// on every blocking call.
+TEST(CallerPoll, CommandThatFinishedHereBorrowsNothing) {
+  SleepingLoop s;
+  const uint64_t lends = s.loop.socket_lends();
+  std::thread::id ran_on;
+  BlockingSlot slot;
+  ASSERT_TRUE(s.loop.post(
+      [&] {
+        ran_on = std::this_thread::get_id();
+        slot.complete(Status());
+      },
+      false));
+  EXPECT_TRUE(s.loop.run_here_and_wait(slot, 0).ok());
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(s.loop.socket_lends(), lends);
 }
 
 // A caller polling the socket is woken when the loop thread completes its
