@@ -102,7 +102,7 @@ Movement::Movement(Coll &c, ShmCollArea &a)
 }
 
 // What this member keeps of its own data, before anything arrives (gather's
-// root: its buffers may overlap, as over messages).
+// root: its buffers may overlap, as over messages), after its first publish.
 void Movement::copy_own_before() {
   if (kind_ == CollKind::Allgather)
     copy_unless_same(dst_ + me_ * block_, src_, block_);
@@ -164,7 +164,6 @@ Task<Status> Movement::run() {
     co_return error(NEXAR_ERR_INVALID_ARGUMENT,
                     format("%s: %u members are too many for shared memory", c_.what(), n_));
   a_.set_step_bytes(blocks_ * std::min(part_, block_));
-  copy_own_before();
   t0_ = a_.take_tickets(1);
   Status s;
   if (publishes(me_)) {
@@ -180,6 +179,9 @@ Task<Status> Movement::run() {
     if (!(s = co_await claim_slot(c_, a_, t0_))) co_return s;
     announce(c_, a_, t0_, a_.own_slot_offset(t0_), 0);
   }
+  // While the others read the first ticket (the publish never reads the
+  // own block's destination).
+  copy_own_before();
   // Every member but scatter's root, which reads nothing, checks every
   // other member's first ticket.
   const bool checks = kind_ != CollKind::Scatter || me_ != root_;
