@@ -10,6 +10,8 @@
 //   line 2   finished:  tickets this member is done reading from the others
 //   line 3   sleeping:  nonzero while a wait of this member on the others'
 //                       counters may sleep (then a change rings it)
+//   line 4   running on: the CPU this member last published or waited on,
+//                       plus one (a waiter on the same CPU yields it)
 //   then kSlots slots, each a header line (SlotHeader), kSlotBytes of data
 //   and kResultBytes for the slice of it this member reduces
 //
@@ -31,8 +33,14 @@ class ShmHost;
 
 class ShmCollArea {
  public:
-  enum Counter : uint32_t { kPublished = 0, kReduced = 1, kFinished = 2, kSleeping = 3 };
-  static constexpr uint32_t kCounterLines = 4;
+  enum Counter : uint32_t {
+    kPublished = 0,
+    kReduced = 1,
+    kFinished = 2,
+    kSleeping = 3,
+    kRunningOn = 4
+  };
+  static constexpr uint32_t kCounterLines = 5;
   static constexpr uint32_t kSlots = 2;
   static constexpr uint64_t kSlotBytes = 1ull << 20;
   // What the owner writes before publishing a ticket.

@@ -1,7 +1,5 @@
 #include "collective/shm_coll_steps.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -12,6 +10,7 @@
 #include "core/clock.h"
 #include "core/copy.h"
 #include "core/log.h"
+#include "core/spin.h"
 #include "engine/spawn.h"
 
 namespace nexar::shm_coll {
@@ -37,6 +36,13 @@ struct SetupMessage {
 
 // The members that are late: the first whose counter c is below value (-1:
 // none). only >= 0 looks at that member alone.
+// Says where this member runs now (kRunningOn), and returns it plus one.
+uint64_t note_running_on(const ShmCollArea &a) {
+  const uint64_t cpu = static_cast<uint64_t>(sched_getcpu() + 1);  // 0 if unknown
+  if (shm_load(a.own(Counter::kRunningOn)) != cpu) shm_store(a.own(Counter::kRunningOn), cpu);
+  return cpu;
+}
+
 int32_t late_member(const ShmCollArea &a, Counter c, uint64_t value, int32_t only = -1) {
   for (uint32_t r = 0; r < a.size(); ++r) {
     if (r == a.rank() || (only >= 0 && r != static_cast<uint32_t>(only))) continue;
@@ -66,15 +72,19 @@ Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, 
   int32_t late = late_member(a, k, value, only);
   if (late < 0) co_return Status();
   // A peer publishes within microseconds once it runs: poll a little before
-  // paying for a sleep and a wake-up. Each poll yields the core, so with
-  // more members than cores the peers that still have to publish get it.
+  // paying for a sleep and a wake-up. With more members than cores each
+  // poll yields the core, so the peers that still have to publish get it.
   // A peer that copies or reduces a large step takes longer than a sleep
   // and a wake-up: poll through it (about a nanosecond per byte).
   const uint64_t spin_ns = std::max({kSpinBeforeSleepNs, std::min(a.step_bytes(), kMaxStepSpinNs),
                                      uint64_t{c.config().spin_us} * 1000});
   const uint64_t spin_until = now_ns() + spin_ns;
-  while (late >= 0 && now_ns() < spin_until) {
-    sched_yield();
+  const bool outnumbered_here = outnumbered(a.size());
+  uint64_t cpu = note_running_on(a);
+  for (uint32_t polls = 0; late >= 0 && now_ns() < spin_until; ++polls) {
+    // The late member may wait for this core (the scheduler put both here).
+    spin_step(outnumbered_here || (cpu && shm_load(a.counter(late, Counter::kRunningOn)) == cpu));
+    if (polls % 64 == 63) cpu = note_running_on(a);  // moved by the scheduler
     late = late_member(a, k, value, only);
   }
   if (late < 0) co_return Status();
@@ -120,6 +130,7 @@ void announce(Coll &c, ShmCollArea &a, uint64_t t, uint64_t offset, uint64_t byt
   h->check = c.check();
   h->data_offset = offset;
   h->bytes = bytes;
+  note_running_on(a);
   shm_store(a.own(ShmCollArea::kPublished), t + 1);
   a.ring_all();
 }
