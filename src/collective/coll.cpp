@@ -92,14 +92,22 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
   heard_.assign(comm->size(), 0);
   // The whole collective shares one deadline: the timeout bounds the
   // operation, not each of its messages.
-  // Integer tenths: this runs for every collective, and formatting a double
-  // costs as much as the rest of the string.
-  const uint64_t tenths = (timeout_ms + 50) / 100;
-  what_ = format(
-      "%s #%llu (%s %llu.%llu s)", coll_name(kind), static_cast<unsigned long long>(seq_),
-      barrier ? "NEXAR_BARRIER_TIMEOUT_SECS" : "NEXAR_COLLECTIVE_TIMEOUT_SECS",
-      static_cast<unsigned long long>(tenths / 10), static_cast<unsigned long long>(tenths % 10));
   if (op->trace()) record(comm, op, kind, args);
+}
+
+const char *Coll::what() const {
+  if (what_.empty()) {
+    const bool barrier = kind_ == CollKind::Barrier;
+    const uint64_t timeout_ms =
+        barrier ? config().barrier_timeout_ms : config().collective_timeout_ms;
+    // Integer tenths: formatting a double costs as much as the rest.
+    const uint64_t tenths = (timeout_ms + 50) / 100;
+    what_ = format(
+        "%s #%llu (%s %llu.%llu s)", coll_name(kind_), static_cast<unsigned long long>(seq_),
+        barrier ? "NEXAR_BARRIER_TIMEOUT_SECS" : "NEXAR_COLLECTIVE_TIMEOUT_SECS",
+        static_cast<unsigned long long>(tenths / 10), static_cast<unsigned long long>(tenths % 10));
+  }
+  return what_.c_str();
 }
 
 Task<Status> Coll::send(uint32_t to, uint32_t step, const void *data, uint64_t bytes) {

@@ -60,8 +60,9 @@ class Coll {
   BufferPool &pool() const { return comm_->client().pool(); }
   const Config &config() const { return comm_->config(); }
   uint64_t seq() const { return seq_; }
-  // "allreduce #12": the prefix of every message this collective reports.
-  const char *what() const { return what_.c_str(); }
+  // "allreduce #12": the prefix of every message this collective reports,
+  // formatted on first use (most collectives never report one).
+  const char *what() const;
   uint32_t check() const { return check_; }
   CollKind kind() const { return kind_; }
   // When the collective's timeout ends it (now_ns() clock).
@@ -111,7 +112,7 @@ class Coll {
   size_t esize_;
   uint32_t check_;
   uint64_t deadline_ns_;
-  std::string what_;
+  mutable std::string what_;
 };
 
 // Runs one collective algorithm on its Coll and reports mismatches to every
