@@ -76,7 +76,8 @@ const char *coll_name(CollKind k) {
   return "collective";
 }
 
-Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &args, uint64_t seq)
+Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &args, uint64_t seq,
+           uint64_t deadline_ns)
     : comm_(comm),
       op_(op),
       kind_(kind),
@@ -87,7 +88,7 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
   const bool barrier = kind == CollKind::Barrier;
   const uint64_t timeout_ms =
       barrier ? comm->config().barrier_timeout_ms : comm->config().collective_timeout_ms;
-  deadline_ns_ = now_ns() + timeout_ms * kNsPerMs;
+  deadline_ns_ = deadline_ns ? deadline_ns : now_ns() + timeout_ms * kNsPerMs;
   sent_.assign(comm->size(), 0);
   heard_.assign(comm->size(), 0);
   // The whole collective shares one deadline: the timeout bounds the
@@ -170,8 +171,8 @@ Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, Co
 }
 
 Task<Status> run_collective_as(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
-                               CollAlgorithm algorithm, uint64_t number) {
-  Coll coll(comm, op, kind, args, number);
+                               CollAlgorithm algorithm, uint64_t number, uint64_t deadline_ns) {
+  Coll coll(comm, op, kind, args, number, deadline_ns);
   Mailbox &box = comm->client().mailbox();
   CollectiveTracker &tracker = comm->collectives();
   const uint64_t seq = coll.seq();

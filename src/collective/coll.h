@@ -49,7 +49,10 @@ class Coll {
  public:
   // seq: the collective number, 0 for the operation's own (an operation may
   // hold several, see OpContext::coll_seq_count).
-  Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &args, uint64_t seq = 0);
+  // deadline_ns 0: the collective's timeout from now (a phase of another
+  // collective passes that one's, so the timeout bounds the whole).
+  Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &args, uint64_t seq = 0,
+       uint64_t deadline_ns = 0);
 
   uint32_t rank() const { return comm_->rank(); }
   uint32_t size() const { return comm_->size(); }
@@ -120,9 +123,9 @@ class Coll {
 Task<Status> run_collective(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
                             Task<Status> (*algorithm)(Coll &));
 // The same for an algorithm with state, as collective number `number` (0:
-// the operation's own).
+// the operation's own), ending by deadline_ns (0: its own timeout).
 using CollAlgorithm = std::function<Task<Status>(Coll &)>;
 Task<Status> run_collective_as(Communicator *comm, OpContext *op, CollKind kind, CollArgs args,
-                               CollAlgorithm algorithm, uint64_t number);
+                               CollAlgorithm algorithm, uint64_t number, uint64_t deadline_ns = 0);
 
 }  // namespace nexar

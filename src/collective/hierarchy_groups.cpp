@@ -250,11 +250,12 @@ Task<Status> run_in_group(Coll &c, Communicator &group, uint32_t phase, CollKind
   auto op = std::make_shared<OpContext>(outer->loop(), outer->seq(), outer->name());
   Status s;
   {
-    // Far beyond the phase's own timeout, which ends it first.
+    // Every phase ends by the collective's own deadline, so the timeout
+    // bounds the whole; the relay waits beyond it, and the phase ends first.
     const uint64_t timeout_ns = c.config().collective_timeout_ms * kNsPerMs;
-    FailureRelay relay(outer, op.get(), c.deadline_ns() + kPhases * timeout_ns);
+    FailureRelay relay(outer, op.get(), c.deadline_ns() + timeout_ns);
     s = co_await run_collective_as(&group, op.get(), kind, args, algorithm,
-                                   c.seq() * kPhases + phase);
+                                   c.seq() * kPhases + phase, c.deadline_ns());
   }
   // Bytes the transport still reads from the user's buffers keep the
   // collective from completing, as they would if it had sent them itself.
