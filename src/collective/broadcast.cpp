@@ -61,10 +61,6 @@ using sched::step_id;
 
 constexpr uint32_t kPhaseTree = 0, kPhaseScatter = 0, kPhaseChain = 0, kPhaseRing = 1;
 
-// Chain segments are at least this large (smaller ones cost more in
-// per-message overhead than they gain in pipelining).
-constexpr uint64_t kChainMinSegmentBytes = 64 << 10;  // first message: step 0
-
 using Algo = BroadcastAlgo;
 
 // On a ring-shaped sparse mesh (collective/mesh_shape.h) the chain's every
@@ -166,50 +162,13 @@ Task<Status> scatter_allgather(Coll &c) {
   co_return co_await run_ring(c, kPhaseRing, n - 1, segs, plan);
 }
 
-// Segments of the chain: at most pipeline_segment_bytes, and small enough
-// that a message is cut into about 2p of them (so the pipeline fills), but
-// not below kChainMinSegmentBytes.
-uint32_t chain_segments(const Coll &c) {
-  const uint64_t bytes = uint64_t{c.args().count} * c.esize();
-  const uint64_t seg = std::min<uint64_t>(
-      c.config().pipeline_segment_bytes,
-      std::max<uint64_t>(kChainMinSegmentBytes, bytes / (2 * uint64_t{c.size()})));
-  return sched::segments_per_block(c.args().count, c.esize(), seg, 1, sched::kMaxStepIndex + 1);
-}
-
 Task<Status> chain_units(Coll &c, TransferWindow &window) {
   const uint32_t n = c.size(), root = c.args().root;
   const uint32_t v = sched::to_vrank(c.rank(), root, n);
-  const uint32_t prev = sched::from_vrank(v + n - 1, root, n),
-                 next = sched::from_vrank(v + 1, root, n);
-  const uint32_t segs = chain_segments(c);
-  auto piece = [&](uint32_t j) {
-    return mut_piece(c.args().recvbuf, 0, c.args().count, j, segs, c.esize());
-  };
-  uint32_t posted = v == 0 ? segs : 0;  // segments whose receive has started
-  auto post = [&] {
-    window.recv(prev, step_id(kPhaseChain, posted), piece(posted));
-    ++posted;
-  };
-  for (uint32_t j = 0; j < segs; ++j) {
-    // Segment j's receive must have started; the next ones start early while
-    // fewer than kRecvWindow are running (segments are disjoint, so nothing
-    // else limits how far ahead).
-    while (posted <= j) {
-      Status s = co_await window.wait_until([&] { return window.recvs() < kRecvWindow; });
-      if (!s) co_return s;
-      post();
-    }
-    while (posted < segs && window.recvs() < kRecvWindow)
-      post();
-    if (v + 1 == n) continue;
-    const MutPiece p = piece(j);
-    Status s = co_await window.wait_until(
-        [&] { return window.sends() < kSendWindow && !window.written_by_recv(p.data, p.bytes); });
-    if (!s) co_return s;
-    window.send(next, step_id(kPhaseChain, j), ConstPiece{p.data, p.bytes});
-  }
-  co_return co_await window.wait_until([&] { return window.sends() + window.recvs() == 0; });
+  const int32_t prev = v == 0 ? -1 : static_cast<int32_t>(sched::from_vrank(v - 1, root, n));
+  std::vector<uint32_t> next;
+  if (v + 1 < n) next.push_back(sched::from_vrank(v + 1, root, n));
+  return forward_down(c, window, prev, next, c.args().recvbuf, c.args().count, kPhaseChain);
 }
 
 Task<Status> chain(Coll &c) {

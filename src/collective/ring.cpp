@@ -136,4 +136,52 @@ Task<Status> run_ring(Coll &c, uint32_t phase, uint32_t steps, uint32_t segs, Ri
       c, [&](TransferWindow &window) { return ring_units(c, phase, steps, segs, plan, window); });
 }
 
+namespace {
+
+constexpr uint64_t kForwardMinSegmentBytes = 64 << 10;
+
+uint32_t forward_segments(const Coll &c, size_t count) {
+  const uint64_t bytes = uint64_t{count} * c.esize();
+  const uint64_t seg = std::min<uint64_t>(
+      c.config().pipeline_segment_bytes,
+      std::max<uint64_t>(kForwardMinSegmentBytes, bytes / (2 * uint64_t{c.size()})));
+  return sched::segments_per_block(count, c.esize(), seg, 1, sched::kMaxStepIndex + 1);
+}
+
+}  // namespace
+
+Task<Status> forward_down(Coll &c, TransferWindow &window, int32_t parent,
+                          std::vector<uint32_t> kids, void *buf, size_t count, uint32_t phase) {
+  const uint32_t segs = forward_segments(c, count);
+  const size_t send_window = kSendWindow * std::max<size_t>(1, kids.size());
+  auto piece = [&](uint32_t j) { return mut_piece(buf, 0, count, j, segs, c.esize()); };
+  uint32_t posted = parent < 0 ? segs : 0;  // segments whose receive has started
+  auto post = [&] {
+    window.recv(static_cast<uint32_t>(parent), sched::step_id(phase, posted), piece(posted));
+    ++posted;
+  };
+  for (uint32_t j = 0; j < segs; ++j) {
+    // Segment j's receive must have started; the next ones start early while
+    // fewer than kRecvWindow are running (segments are disjoint, so nothing
+    // else limits how far ahead).
+    while (posted <= j) {
+      Status s = co_await window.wait_until([&] { return window.recvs() < kRecvWindow; });
+      if (!s) co_return s;
+      post();
+    }
+    while (posted < segs && window.recvs() < kRecvWindow)
+      post();
+    if (kids.empty()) continue;
+    const MutPiece p = piece(j);
+    Status s = co_await window.wait_until([&] {
+      return window.sends() + kids.size() <= send_window &&
+             !window.written_by_recv(p.data, p.bytes);
+    });
+    if (!s) co_return s;
+    for (uint32_t k : kids)
+      window.send(k, sched::step_id(phase, j), ConstPiece{p.data, p.bytes});
+  }
+  co_return co_await window.wait_until([&] { return window.sends() + window.recvs() == 0; });
+}
+
 }  // namespace nexar

@@ -190,6 +190,17 @@ inline MutPiece mut_piece(void *base, size_t off, size_t len, uint32_t seg, uint
   return {static_cast<uint8_t *>(base) + (off + l.offset(seg)) * esize, l.length(seg) * esize};
 }
 
+// This member's part of a pipelined broadcast down a tree (a chain is a
+// tree of one kid each): buf, count elements cut into about 2p segments
+// (at most pipeline_segment_bytes, none below 64 KiB, where per-message
+// costs outweigh the overlap), is received segment by segment from parent
+// (none: parent < 0, the root) and each segment sent on to every kid as soon
+// as it arrived, with up to kRecvWindow receives posted ahead and
+// kSendWindow sends per kid in flight. Messages are step_id(phase, segment).
+// (kids by value: the coroutine keeps its own copy.)
+Task<Status> forward_down(Coll &c, TransferWindow &window, int32_t parent,
+                          std::vector<uint32_t> kids, void *buf, size_t count, uint32_t phase);
+
 // Copies src to dst unless they are the same memory (in place); overlap is allowed.
 void copy_unless_same(void *dst, const void *src, size_t bytes);
 

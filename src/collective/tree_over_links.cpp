@@ -123,51 +123,11 @@ Task<Status> scatter_over_links(Coll &c, MemberRoutes &routes, uint64_t block) {
 
 namespace {
 
-// Broadcast segments: at most pipeline_segment_bytes, about 2p of them so
-// the pipeline fills, none below kTreeMinSegmentBytes (smaller ones cost
-// more in per-message overhead than they gain).
-constexpr uint64_t kTreeMinSegmentBytes = 64 << 10;
-
-uint32_t tree_segments(const Coll &c, size_t count) {
-  const uint64_t bytes = uint64_t{count} * c.esize();
-  const uint64_t seg = std::min<uint64_t>(
-      c.config().pipeline_segment_bytes,
-      std::max<uint64_t>(kTreeMinSegmentBytes, bytes / (2 * uint64_t{c.size()})));
-  return sched::segments_per_block(count, c.esize(), seg, 1, sched::kMaxStepIndex + 1);
-}
-
 Task<Status> tree_broadcast_units(Coll &c, TransferWindow &window, MemberRoutes &routes,
                                   uint32_t root, void *buf, size_t count, uint32_t phase) {
   const uint32_t me = c.rank();
-  const std::vector<uint32_t> kids = routes.children(me, root);
-  const uint32_t parent = routes.next_hop(me, root);
-  const uint32_t segs = tree_segments(c, count);
-  const size_t send_window = kSendWindow * std::max<size_t>(1, kids.size());
-  auto piece = [&](uint32_t j) { return mut_piece(buf, 0, count, j, segs, c.esize()); };
-  uint32_t posted = me == root ? segs : 0;  // segments whose receive has started
-  auto post = [&] {
-    window.recv(parent, sched::step_id(phase, posted), piece(posted));
-    ++posted;
-  };
-  for (uint32_t j = 0; j < segs; ++j) {
-    while (posted <= j) {
-      Status s = co_await window.wait_until([&] { return window.recvs() < kRecvWindow; });
-      if (!s) co_return s;
-      post();
-    }
-    while (posted < segs && window.recvs() < kRecvWindow)
-      post();
-    if (kids.empty()) continue;
-    const MutPiece p = piece(j);
-    Status s = co_await window.wait_until([&] {
-      return window.sends() + kids.size() <= send_window &&
-             !window.written_by_recv(p.data, p.bytes);
-    });
-    if (!s) co_return s;
-    for (uint32_t k : kids)
-      window.send(k, sched::step_id(phase, j), ConstPiece{p.data, p.bytes});
-  }
-  co_return co_await window.wait_until([&] { return window.sends() + window.recvs() == 0; });
+  const int32_t parent = me == root ? -1 : static_cast<int32_t>(routes.next_hop(me, root));
+  return forward_down(c, window, parent, routes.children(me, root), buf, count, phase);
 }
 
 }  // namespace
