@@ -51,13 +51,15 @@ int32_t late_member(const ShmCollArea &a, Counter c, uint64_t value, int32_t onl
   return -1;
 }
 
-// Sets this member's sleeping word for its lifetime (ShmCollArea::ring_all).
+// Keeps this member's sleeping word set for its lifetime (ShmCollArea::ring_all).
+// A count, should two waits of one collective overlap; only this member
+// writes it, on its loop's side.
 class SleepingWord {
  public:
   explicit SleepingWord(const ShmCollArea &a) : word_(a.own(Counter::kSleeping)) {
-    shm_store(word_, 1);
+    shm_store(word_, shm_load(word_) + 1);
   }
-  ~SleepingWord() { shm_store(word_, 0); }
+  ~SleepingWord() { shm_store(word_, shm_load(word_) - 1); }
   SleepingWord(const SleepingWord &) = delete;
   SleepingWord &operator=(const SleepingWord &) = delete;
 
