@@ -70,7 +70,6 @@ TEST_F(ShmCollDoorbell, RingsAMemberWhoseWaitMaySleepAndNotOneThatPolls) {
   uint64_t rung_at = 0;
   ASSERT_TRUE(eventually([&] { return ring_from_rank0(&rung_at) == 1; }))
       << "a sleeping waiter was never rung";
-  ASSERT_EQ(rung_at % 2, 1u) << "rung while its loop was awake";
 
   // Rank 1 polls (its word is clear): its loop sleeps again, after waking
   // for that doorbell, but nothing rings it.
