@@ -34,8 +34,6 @@ struct SetupMessage {
   uint64_t offset;
 };
 
-// The members that are late: the first whose counter c is below value (-1:
-// none). only >= 0 looks at that member alone.
 // Says where this member runs now (kRunningOn), and returns it plus one.
 uint64_t note_running_on(const ShmCollArea &a) {
   const uint64_t cpu = static_cast<uint64_t>(sched_getcpu() + 1);  // 0 if unknown
@@ -43,6 +41,8 @@ uint64_t note_running_on(const ShmCollArea &a) {
   return cpu;
 }
 
+// The members that are late: the first whose counter c is below value (-1:
+// none). only >= 0 looks at that member alone.
 int32_t late_member(const ShmCollArea &a, Counter c, uint64_t value, int32_t only = -1) {
   for (uint32_t r = 0; r < a.size(); ++r) {
     if (r == a.rank() || (only >= 0 && r != static_cast<uint32_t>(only))) continue;
@@ -96,8 +96,7 @@ Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, 
   sc.waiting_on = late;
   fr::waiting(c.op()->trace(), late, 0);
   // From here a change of the counters must ring this member (ring_all);
-  // the condition looks at them once more after this store. Collectives of
-  // an area wait one at a time.
+  // the condition looks at them once more after this store.
   SleepingWord sleeping(a);
   Status s = co_await ShmCondition(
       a.host(), c.op(), c.deadline_ns(), only,
