@@ -5,6 +5,7 @@
 // this rank must read or write, or sizes that overflow.
 #include "capi/handles.h"
 #include "collective/collectives.h"
+#include "collective/shm_inline.h"
 #include "core/dtype.h"
 
 using nexar::CollArgs;
@@ -73,6 +74,11 @@ nexar_status_t start(nexar_comm_t *comm, const Shape &shape, const CollArgs &a,
   nexar::Communicator *c = comm->impl.get();
   const CollKind kind = shape.kind;
   const std::string name = std::string("nexar_") + nexar::coll_name(kind);
+  // A small blocking one on shared memory may finish on this thread at once.
+  nexar::Status now;
+  uint64_t seq = 0;
+  if (!done && nexar::shm_run_inline(*c, name.c_str(), kind, a, &now, &seq))
+    return now.ok() ? nexar::capi::ok() : fail(now, seq);
   return nexar::capi::submit_collective(
       comm, name.c_str(),
       [=](nexar::OpContext *op) { return nexar::run_collective(c, op, kind, a, algorithm); }, done,

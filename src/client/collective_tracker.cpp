@@ -27,13 +27,18 @@ void CollectiveTracker::begin(uint64_t seq, const char *what, uint32_t check,
 void CollectiveTracker::end(uint64_t seq) {
   auto run = running_.find(seq);
   if (run == running_.end()) return;
-  ended_[seq] = run->second.check;
+  const uint32_t check = run->second.check;
+  running_.erase(run);
+  ended(seq, check);
+}
+
+void CollectiveTracker::ended(uint64_t seq, uint32_t check) {
+  ended_[seq] = check;
   ended_order_.push_back(seq);
   if (ended_order_.size() > kEndedKept) {
     ended_.erase(ended_order_.front());
     ended_order_.pop_front();
   }
-  running_.erase(run);
   if (seq > last_ended_) last_ended_ = seq;
 }
 

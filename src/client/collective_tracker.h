@@ -50,6 +50,9 @@ class CollectiveTracker {
              std::function<void(uint32_t world_peer)> on_mismatch);
   // The algorithm of seq ended (however): its later frames are dropped.
   void end(uint64_t seq);
+  // Collective seq with check started and ended on the caller's thread at
+  // once (shm_inline.h), without frames: its later frames are dropped too.
+  void ran_at_once(uint64_t seq, uint32_t check) { ended(seq, check); }
   // A frame of collective seq with check arrived from world_peer: decides its
   // fate and reports a mismatch (through on_mismatch or the late hook).
   Frame on_frame(uint64_t seq, uint32_t check, uint32_t world_peer);
@@ -74,6 +77,8 @@ class CollectiveTracker {
     std::function<void(uint32_t)> on_mismatch;
     StallListener on_stall;
   };
+  void ended(uint64_t seq, uint32_t check);
+
   LateMismatch on_late_;
   uint64_t last_started_ = 0;
   uint64_t last_ended_ = 0;

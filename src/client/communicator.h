@@ -96,6 +96,18 @@ class Communicator {
   // body's op->coll_seq() is the first, op->coll_seq_count() says how many.
   Status submit_collectives(const char *name, Body body, uint32_t numbers, nexar_done_fn done,
                             void *user_data, uint64_t *seq_out = nullptr);
+  // A blocking collective that may run at once on the calling thread
+  // (collective/shm_inline.h). On the loop's side, with the operation's
+  // context on the stack, it returns true once finished (*status), or false
+  // with the body that goes on as the operation in *rest.
+  using InlineRun = std::function<bool(OpContext &op, Status *status, Body *rest)>;
+  // Runs it here if this thread has the loop at once and nothing else of
+  // this communicator runs or waits to (no operation in flight or queued,
+  // its collectives on shared memory with none waiting for its turn):
+  // numbered and recorded as submit_collective does. False (nothing done)
+  // if not; the caller then submits it.
+  bool run_inline_collective(const char *name, const InlineRun &run, Status *status,
+                             uint64_t *seq_out);
   // Fails every operation in flight now and tells the peers.
   void abort();
   // Revokes the communicator here and at every live member (any thread).
@@ -140,6 +152,10 @@ class Communicator {
   Status submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
                    bool collective, uint64_t *seq_out, bool fault_tolerant = false,
                    uint32_t coll_numbers = 1);
+  // run_inline_collective on the loop's side: false if it may not run now.
+  // Returns the slot of the operation it leaves running in *slot.
+  bool start_inline(const char *name, const InlineRun &run, Status *status, uint64_t *seq_out,
+                    std::shared_ptr<BlockingSlot> *slot);
   // Why a starting operation may not run (revoked, a failed member), or ok.
   Status refusal(const OpContext *op, bool fault_tolerant) const;
   // Fails the operations in flight that the failure of `rank` ends.

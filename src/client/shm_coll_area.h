@@ -12,8 +12,9 @@
 //                       counters may sleep (then a change rings it)
 //   line 4   running on: the CPU this member last published or waited on,
 //                       plus one (a waiter on the same CPU yields it)
-//   then kSlots slots, each a header line (SlotHeader), kSlotBytes of data
-//   and kResultBytes for the slice of it this member reduces
+//   then kSlots slots, each a header line (SlotHeader, then a ticket's data
+//   when it is that small), kSlotBytes of data and kResultBytes for the
+//   slice of it this member reduces
 //
 // A ticket is one step of a collective (one chunk of an allreduce); every
 // member numbers them alike, and ticket t uses slot t % kSlots. A member
@@ -50,6 +51,9 @@ class ShmCollArea {
     uint64_t data_offset;  // where the data is, in the owner's heap
     uint64_t bytes;
   };
+  // Up to this many bytes of a ticket travel in its header's line, after
+  // the header: a reader then takes one line from the owner, not two.
+  static constexpr uint64_t kHeaderDataBytes = kShmLine - sizeof(SlotHeader);
   // A slice is at most half a slot (and an element): there are two members
   // or more.
   static constexpr uint64_t kResultBytes = kSlotBytes / 2 + kShmLine;
@@ -95,6 +99,14 @@ class ShmCollArea {
     return members_[r].area + slot_offset(ticket) + kShmLine + kSlotBytes;
   }
   uint8_t *own_slot(uint64_t ticket) const { return own_ + slot_offset(ticket) + kShmLine; }
+  // The kHeaderDataBytes after ticket's header in this member's area, and
+  // their heap offset.
+  uint8_t *own_header_data(uint64_t ticket) const {
+    return own_ + slot_offset(ticket) + sizeof(SlotHeader);
+  }
+  uint64_t own_header_data_offset(uint64_t ticket) const {
+    return offset_ + slot_offset(ticket) + sizeof(SlotHeader);
+  }
   // Heap offset of ticket's slot data in any member's area (the areas differ
   // in offset; this is the owner's).
   uint64_t own_slot_offset(uint64_t ticket) const {

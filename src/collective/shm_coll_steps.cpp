@@ -69,10 +69,9 @@ class SleepingWord {
 
 }  // namespace
 
-Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, const char *doing,
-                      int32_t only) {
-  int32_t late = late_member(a, k, value, only);
-  if (late < 0) co_return Status();
+bool poll_for(const Coll &c, const ShmCollArea &a, const ShmNeed &n) {
+  int32_t late = late_member(a, n.k, n.value, n.only);
+  if (late < 0) return true;
   // A peer publishes within microseconds once it runs: poll a little before
   // paying for a sleep and a wake-up. With more members than cores each
   // poll yields the core, so the peers that still have to publish get it.
@@ -87,10 +86,18 @@ Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, 
     // The late member may wait for this core (the scheduler put both here).
     spin_step(outnumbered_here || (cpu && shm_load(a.counter(late, Counter::kRunningOn)) == cpu));
     if (polls % 64 == 63) cpu = note_running_on(a);  // moved by the scheduler
-    late = late_member(a, k, value, only);
+    late = late_member(a, n.k, n.value, n.only);
   }
-  if (late < 0) co_return Status();
+  return late < 0;
+}
+
+Task<Status> wait_for(Coll &c, const ShmCollArea &a, ShmNeed n) {
+  if (poll_for(c, a, n)) co_return Status();
+  const Counter k = n.k;
+  const uint64_t value = n.value;
+  const int32_t only = n.only;
   // Whom it waits on, for the flight recorder and stall reports.
+  const int32_t late = late_member(a, k, value, only);
   Communicator::ShmColl &sc = c.comm()->shm_coll();
   sc.waiting_seq = c.seq();
   sc.waiting_on = late;
@@ -107,7 +114,7 @@ Task<Status> wait_for(Coll &c, const ShmCollArea &a, Counter k, uint64_t value, 
     const int32_t r = late_member(a, k, value, only);
     s = error(NEXAR_ERR_TIMEOUT,
               format("%s: rank %d did not %s within the collective timeout (shared memory)",
-                     c.what(), r, doing),
+                     c.what(), r, n.doing),
               r);
   }
   co_return s;
@@ -140,15 +147,23 @@ Task<Status> publish(Coll &c, ShmCollArea &a, uint64_t t, const void *src, uint6
                      bool by_reference) {
   Status s = co_await claim_slot(c, a, t);
   if (!s) co_return s;
+  fill_and_announce(c, a, t, src, bytes, by_reference);
+  co_return Status();
+}
+
+void fill_and_announce(Coll &c, ShmCollArea &a, uint64_t t, const void *src, uint64_t bytes,
+                       bool by_reference) {
   uint64_t offset = 0;
   if (by_reference && bytes >= kByReferenceMinBytes && a.in_own_heap(src, bytes, &offset)) {
     a.host().count_by_reference(bytes);
+  } else if (bytes <= ShmCollArea::kHeaderDataBytes) {
+    if (bytes) std::memcpy(a.own_header_data(t), src, bytes);
+    offset = a.own_header_data_offset(t);
   } else {
-    if (bytes) copy_bytes(a.own_slot(t), src, bytes);
+    copy_bytes(a.own_slot(t), src, bytes);
     offset = a.own_slot_offset(t);
   }
   announce(c, a, t, offset, bytes);
-  co_return Status();
 }
 
 Status published_data(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t t, uint64_t bytes,
@@ -220,48 +235,48 @@ Task<Status> decide(Coll &c, Communicator::ShmColl &sc) {
   co_return Status();
 }
 
-// Holds the communicator's shared-memory collectives to one at a time, in
-// issue order; *area is null when this one does not run there.
-class Turn {
- public:
-  explicit Turn(Communicator::ShmColl &sc) : sc_(sc), mine_(sc.next_turn++) {}
-  ~Turn() {
-    if (held_) {
-      ++sc_.serving;
-    } else {
-      sc_.abandoned.insert(mine_);  // failed while waiting: skipped
-    }
-    while (sc_.abandoned.erase(sc_.serving))
-      ++sc_.serving;
-  }
-  Turn(const Turn &) = delete;
-  Turn &operator=(const Turn &) = delete;
-
-  Task<Status> take(Coll &c, ShmCollArea **area) {
-    *area = nullptr;
-    if (sc_.serving != mine_) {
-      Status s = co_await ShmCondition(
-          c.comm()->client().shm(), c.op(), c.deadline_ns(), -1,
-          [this] { return sc_.serving == mine_; }, c.what(),
-          "waiting for the collective before it (shared memory)");
-      if (!s) co_return s;
-    }
-    held_ = true;
-    if (sc_.state == State::Unknown) {
-      Status s = co_await decide(c, sc_);
-      if (!s) co_return s;
-    }
-    if (sc_.state == State::On) *area = sc_.area.get();
-    co_return Status();
-  }
-
- private:
-  Communicator::ShmColl &sc_;
-  uint64_t mine_;
-  bool held_ = false;
-};
-
 }  // namespace
+
+Turn::~Turn() {
+  if (passed_on_) return;
+  if (held_) {
+    ++sc_.serving;
+  } else {
+    sc_.abandoned.insert(mine_);  // failed while waiting: skipped
+  }
+  while (sc_.abandoned.erase(sc_.serving))
+    ++sc_.serving;
+}
+
+Task<Status> Turn::take(Coll &c, ShmCollArea **area) {
+  *area = nullptr;
+  if (sc_.serving != mine_) {
+    Status s = co_await ShmCondition(
+        c.comm()->client().shm(), c.op(), c.deadline_ns(), -1,
+        [this] { return sc_.serving == mine_; }, c.what(),
+        "waiting for the collective before it (shared memory)");
+    if (!s) co_return s;
+  }
+  held_ = true;
+  if (sc_.state == State::Unknown) {
+    Status s = co_await decide(c, sc_);
+    if (!s) co_return s;
+  }
+  if (sc_.state == State::On) *area = sc_.area.get();
+  co_return Status();
+}
+
+Status after_body(Coll &c, Status s) {
+  // Every member fails a mismatched collective (each hears of it), maybe
+  // at different steps: they all decide afresh at the next one, with new
+  // areas and steps.
+  if (s.code == NEXAR_ERR_MISMATCH || c.op()->status().code == NEXAR_ERR_MISMATCH) {
+    Communicator::ShmColl &sc = c.comm()->shm_coll();
+    sc.state = State::Unknown;
+    sc.area.reset();
+  }
+  return s;
+}
 
 Task<Status> on_shared_memory(Coll &c, bool *ran, ShmBody body) {
   *ran = false;
@@ -277,15 +292,7 @@ Task<Status> on_shared_memory(Coll &c, bool *ran, ShmBody body) {
   a->set_step_bytes(0);
   c.note_algorithm("shm");
   a->host().count_collective();
-  s = co_await body(c, *a);
-  // Every member fails a mismatched collective (each hears of it), maybe
-  // at different steps: they all decide afresh at the next one, with new
-  // areas and steps.
-  if (s.code == NEXAR_ERR_MISMATCH || c.op()->status().code == NEXAR_ERR_MISMATCH) {
-    sc.state = Communicator::ShmColl::State::Unknown;
-    sc.area.reset();
-  }
-  co_return s;
+  co_return after_body(c, co_await body(c, *a));
 }
 
 }  // namespace nexar::shm_coll

@@ -22,12 +22,27 @@ constexpr uint64_t kByReferenceMinBytes = 64 << 10;
 // running at once on different tickets.
 uint64_t pipeline_chunk_bytes(uint64_t bytes, size_t esize);
 
-// Waits until every member's (or only member's) counter k reaches value:
-// polls first (longer for a collective that set the area's step bytes),
-// then sleeps until rung.
-// doing says what a late member did not do, for a timeout's message.
-Task<Status> wait_for(Coll &c, const ShmCollArea &a, ShmCollArea::Counter k, uint64_t value,
-                      const char *doing, int32_t only = -1);
+// What a step waits for: every member's (or only member's) counter k at
+// value or more. doing says what a late member did not do, for a timeout's
+// message.
+struct ShmNeed {
+  ShmCollArea::Counter k;
+  uint64_t value;
+  int32_t only;
+  const char *doing;
+};
+
+// Polls until the need is met (true), for as long as a wait polls before it
+// sleeps (longer for a collective that set the area's step bytes).
+bool poll_for(const Coll &c, const ShmCollArea &a, const ShmNeed &n);
+
+// Waits until the need is met: polls first (poll_for), then sleeps until
+// rung.
+Task<Status> wait_for(Coll &c, const ShmCollArea &a, ShmNeed n);
+inline Task<Status> wait_for(Coll &c, const ShmCollArea &a, ShmCollArea::Counter k, uint64_t value,
+                             const char *doing, int32_t only = -1) {
+  return wait_for(c, a, ShmNeed{k, value, only, doing});
+}
 
 // Waits until ticket t's slot of this member may be refilled: every member
 // finished the ticket that used it before.
@@ -37,8 +52,13 @@ Task<Status> claim_slot(Coll &c, ShmCollArea &a, uint64_t t);
 // then rings the members.
 void announce(Coll &c, ShmCollArea &a, uint64_t t, uint64_t offset, uint64_t bytes);
 
-// claim_slot, then fills the slot with bytes of src (or points at src, if
-// by_reference and src lies in this member's heap), then announce.
+// Fills ticket t's slot with bytes of src (or points at src, if
+// by_reference and src lies in this member's heap), then announce. The slot
+// must be claimed.
+void fill_and_announce(Coll &c, ShmCollArea &a, uint64_t t, const void *src, uint64_t bytes,
+                       bool by_reference);
+
+// claim_slot, then fill_and_announce.
 Task<Status> publish(Coll &c, ShmCollArea &a, uint64_t t, const void *src, uint64_t bytes,
                      bool by_reference);
 
@@ -49,6 +69,38 @@ Status published_data(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t 
 
 // This member is done reading ticket t from the others.
 void finish_ticket(ShmCollArea &a, uint64_t t);
+
+// Holds the communicator's shared-memory collectives to one at a time, in
+// issue order.
+class Turn {
+ public:
+  explicit Turn(Communicator::ShmColl &sc) : sc_(sc), mine_(sc.next_turn++) {}
+  // The turn passes on to the new holder (a collective that goes on as an
+  // operation after it began on a caller's thread).
+  Turn(Turn &&from) noexcept : sc_(from.sc_), mine_(from.mine_), held_(from.held_) {
+    from.passed_on_ = true;
+  }
+  ~Turn();
+  Turn(const Turn &) = delete;
+  Turn &operator=(const Turn &) = delete;
+
+  // Waits for this turn, deciding at the communicator's first one whether
+  // its collectives run on shared memory; *area is null when this one does
+  // not run there.
+  Task<Status> take(Coll &c, ShmCollArea **area);
+  // Takes this turn, which must have come (no collective before it waits).
+  void take_now() { held_ = true; }
+
+ private:
+  Communicator::ShmColl &sc_;
+  uint64_t mine_;
+  bool held_ = false;
+  bool passed_on_ = false;
+};
+
+// After a collective's body ran on the area: a mismatch makes every member
+// decide afresh at the next collective. Returns s.
+Status after_body(Coll &c, Status s);
 
 // Runs body on the communicator's area if its collectives run on shared
 // memory (*ran), else leaves it to the message algorithms (*ran false). The

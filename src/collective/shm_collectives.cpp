@@ -5,6 +5,7 @@
 
 #include "client/shm_coll_area.h"
 #include "collective/shm_coll_steps.h"
+#include "collective/shm_one_ticket.h"
 #include "core/copy.h"
 
 namespace nexar {
@@ -12,7 +13,20 @@ namespace {
 
 using namespace shm_coll;
 
+// One chunk (and the barrier) runs on ShmOneTicket, whose steps also run on
+// a blocking caller's thread.
+Task<Status> one_ticket_body(Coll &c, ShmCollArea &a, CollKind kind) {
+  ShmOneTicket m(c, a, kind);
+  co_return co_await run_one_ticket(c, a, m);
+}
+
+Task<Status> barrier_body(Coll &c, ShmCollArea &a) {
+  return one_ticket_body(c, a, CollKind::Barrier);
+}
+
 Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
+  if (ShmOneTicket::fits(CollKind::Broadcast, c.args()))
+    co_return co_await one_ticket_body(c, a, CollKind::Broadcast);
   const CollArgs &g = c.args();
   const uint64_t bytes = uint64_t{g.count} * c.esize();
   const uint64_t chunk = pipeline_chunk_bytes(bytes, c.esize());
@@ -42,19 +56,6 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
   // never finishes these steps) instead of the root reporting success.
   if (c.rank() == root)
     co_return co_await wait_for(c, a, ShmCollArea::kFinished, t0 + chunks, "receive the data");
-  co_return Status();
-}
-
-Task<Status> barrier_body(Coll &c, ShmCollArea &a) {
-  const uint64_t t = a.take_tickets(1);
-  Status s = co_await publish(c, a, t, nullptr, 0, false);
-  if (!s) co_return s;
-  s = co_await wait_for(c, a, ShmCollArea::kPublished, t + 1, "enter the barrier");
-  if (!s) co_return s;
-  const uint8_t *none = nullptr;
-  for (uint32_t r = 0; r < c.size(); ++r)
-    if (r != c.rank() && !(s = published_data(c, a, r, t, 0, &none))) co_return s;
-  finish_ticket(a, t);
   co_return Status();
 }
 

@@ -30,8 +30,23 @@
 #pragma once
 
 #include "collective/coll.h"
+#include "collective/reduction_order.h"
 
 namespace nexar {
+
+// Up to this many bytes every member of an allreduce or reduce reduces the
+// whole vector out of the copies.
+constexpr uint64_t kShmWholeVectorMaxBytes = 16 << 10;
+
+// How a reduction on shared memory (kind: Allreduce, Reduce, Scan or
+// Exscan) combines the members' vectors: its message algorithm's order, and
+// who gets the result (-1: every member).
+struct ShmReduction {
+  ReductionOrder order;
+  ReductionInputs x;  // x.x: per member, left to fill
+  int32_t target;
+};
+ShmReduction shm_reduction_plan(const Coll &c, CollKind kind);
 
 Task<Status> shm_allreduce(Coll &c, bool *ran);
 Task<Status> shm_broadcast(Coll &c, bool *ran);

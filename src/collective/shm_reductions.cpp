@@ -14,15 +14,13 @@
 #include "collective/schedule.h"
 #include "collective/shm_coll_steps.h"
 #include "collective/shm_collectives.h"
+#include "collective/shm_one_ticket.h"
 #include "core/copy.h"
 
 namespace nexar {
 namespace {
 
 using namespace shm_coll;
-
-// Up to this many bytes every member reduces the whole vector itself.
-constexpr uint64_t kWholeVectorMaxBytes = 16 << 10;
 
 // Everyone: every member gets a result (-1), or only that member does.
 constexpr int32_t kEveryone = -1;
@@ -139,53 +137,35 @@ Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, Reduct
   co_return co_await await_reader(c, a, target, t0 + chunks);
 }
 
-// The tree of direct links rooted at root, for ReductionOrder::LinkTree.
-void add_link_tree(const Coll &c, uint32_t root, ReductionInputs *x) {
-  MemberRoutes routes(c);
-  x->rank = root;
-  x->kids.resize(c.size());
-  for (uint32_t r = 0; r < c.size(); ++r)
-    x->kids[r] = routes.children(r, root);
+// Small vectors (one ticket, every member reducing the whole vector) run on
+// ShmOneTicket, whose steps also run on a blocking caller's thread. kind is
+// what the collective does (a bucket of a bucketed allreduce allreduces).
+Task<Status> reduction_body(Coll &c, ShmCollArea &a, CollKind kind) {
+  if (ShmOneTicket::fits(kind, c.args())) {
+    ShmOneTicket m(c, a, kind);
+    co_return co_await run_one_ticket(c, a, m);
+  }
+  ShmReduction plan = shm_reduction_plan(c, kind);
+  const bool sliced = (kind == CollKind::Allreduce || kind == CollKind::Reduce) &&
+                      uint64_t{c.args().count} * c.esize() > kShmWholeVectorMaxBytes;
+  if (sliced) co_return co_await reduce_sliced(c, a, plan.order, std::move(plan.x), plan.target);
+  co_return co_await reduce_from_copies(c, a, plan.order, std::move(plan.x), plan.target);
 }
 
 Task<Status> allreduce_body(Coll &c, ShmCollArea &a) {
-  const ReductionOrder order = allreduce_reduction_order(c);
-  ReductionInputs x = inputs_of(c, c.args().count);
-  if (order == ReductionOrder::LinkTree) add_link_tree(c, 0, &x);  // rank 0: allreduce_over_tree's
-  if (uint64_t{c.args().count} * c.esize() <= kWholeVectorMaxBytes)
-    co_return co_await reduce_from_copies(c, a, order, std::move(x), kEveryone);
-  co_return co_await reduce_sliced(c, a, order, std::move(x), kEveryone);
+  return reduction_body(c, a, CollKind::Allreduce);
 }
 
 Task<Status> reduce_body(Coll &c, ShmCollArea &a) {
-  ReductionInputs x = inputs_of(c, c.args().count);
-  x.rank = c.args().root;
-  const MeshShape shape = mesh_shape(c);
-  x.cube = shape == MeshShape::Cube;
-  // reduce.cpp's choice: the tree of links on sparse meshes but cubes.
-  ReductionOrder order = ReductionOrder::Binomial;
-  if ((shape == MeshShape::Ring || shape == MeshShape::Other) && MemberRoutes(c).usable()) {
-    order = ReductionOrder::LinkTree;
-    add_link_tree(c, c.args().root, &x);
-  }
-  const auto root = static_cast<int32_t>(c.args().root);
-  if (uint64_t{c.args().count} * c.esize() <= kWholeVectorMaxBytes)
-    co_return co_await reduce_from_copies(c, a, order, std::move(x), root);
-  co_return co_await reduce_sliced(c, a, order, std::move(x), root);
+  return reduction_body(c, a, CollKind::Reduce);
 }
 
 Task<Status> scan_body(Coll &c, ShmCollArea &a) {
-  ReductionInputs x = inputs_of(c, c.args().count);
-  x.rank = c.rank();
-  co_return co_await reduce_from_copies(c, a, ReductionOrder::Prefix, std::move(x), kEveryone);
+  return reduction_body(c, a, CollKind::Scan);
 }
 
-// Rank 0's recvbuf is never touched (it may be null).
 Task<Status> exscan_body(Coll &c, ShmCollArea &a) {
-  ReductionInputs x = inputs_of(c, c.args().count);
-  x.rank = c.rank();
-  co_return co_await reduce_from_copies(c, a, ReductionOrder::ExclusivePrefix, std::move(x),
-                                        kEveryone);
+  return reduction_body(c, a, CollKind::Exscan);
 }
 
 // Reduce-scatter: a ticket carries piece k of every block (at most a slot's
@@ -232,7 +212,47 @@ Task<Status> reduce_scatter_body(Coll &c, ShmCollArea &a) {
   co_return Status();
 }
 
+// The tree of direct links rooted at root, for ReductionOrder::LinkTree.
+void add_link_tree(const Coll &c, uint32_t root, ReductionInputs *x) {
+  MemberRoutes routes(c);
+  x->rank = root;
+  x->kids.resize(c.size());
+  for (uint32_t r = 0; r < c.size(); ++r)
+    x->kids[r] = routes.children(r, root);
+}
+
 }  // namespace
+
+ShmReduction shm_reduction_plan(const Coll &c, CollKind kind) {
+  ShmReduction p{ReductionOrder::Prefix, inputs_of(c, c.args().count), kEveryone};
+  switch (kind) {
+    case CollKind::Allreduce:
+      p.order = allreduce_reduction_order(c);
+      if (p.order == ReductionOrder::LinkTree) add_link_tree(c, 0, &p.x);  // allreduce_over_tree's
+      break;
+    case CollKind::Reduce: {
+      p.target = static_cast<int32_t>(c.args().root);
+      p.x.rank = c.args().root;
+      const MeshShape shape = mesh_shape(c);
+      p.x.cube = shape == MeshShape::Cube;
+      // reduce.cpp's choice: the tree of links on sparse meshes but cubes.
+      p.order = ReductionOrder::Binomial;
+      if ((shape == MeshShape::Ring || shape == MeshShape::Other) && MemberRoutes(c).usable()) {
+        p.order = ReductionOrder::LinkTree;
+        add_link_tree(c, c.args().root, &p.x);
+      }
+      break;
+    }
+    case CollKind::Exscan:
+      p.order = ReductionOrder::ExclusivePrefix;
+      p.x.rank = c.rank();
+      break;
+    default:  // scan
+      p.x.rank = c.rank();
+      break;
+  }
+  return p;
+}
 
 Task<Status> shm_allreduce(Coll &c, bool *ran) {
   return on_shared_memory(c, ran, allreduce_body);

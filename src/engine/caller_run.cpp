@@ -8,6 +8,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/spin.h"
 #include "engine/completion_queue.h"
 #include "engine/event_loop.h"
 
@@ -31,7 +32,7 @@ Status CallerRun::run_here_and_wait(BlockingSlot &slot, uint32_t spin_us) {
   return wait_on_socket(slot, fd, doorbell, due);
 }
 
-bool CallerRun::run_here(const BlockingSlot &slot, int *lend_fd, int *doorbell, uint64_t *due) {
+bool CallerRun::run_here(BlockingSlot &slot, int *lend_fd, int *doorbell, uint64_t *due) {
   // A loop thread that spins (NEXAR_SPIN_US) or is awake picks the command
   // up itself. Without the wake timer the loop thread could not learn of
   // timers armed here.
@@ -46,13 +47,61 @@ bool CallerRun::run_here(const BlockingSlot &slot, int *lend_fd, int *doorbell, 
     loop_.wake();
     return false;
   }
+  run_and_lend(
+      side,
+      [this, &slot] {
+        loop_.drain_commands();
+        return &slot;
+      },
+      lend_fd, doorbell, due);
+  return true;
+}
+
+bool CallerRun::run_inline(const std::function<BlockingSlot *()> &work, Status *slot_result) {
+  if (!wake_timer_.valid()) return false;
+  std::unique_lock<std::mutex> side(loop_.loop_mu_, std::defer_lock);
+  if (!take_sleeping_loop(side)) return false;
+  if (!loop_.in_poll_) return false;  // not started, or stopped
+  int fd = -1, doorbell = -1;
+  uint64_t due = UINT64_MAX;
+  BlockingSlot *slot = run_and_lend(side, work, &fd, &doorbell, &due);
+  inline_runs_.fetch_add(1, std::memory_order_relaxed);
+  if (slot) inline_waits_.fetch_add(1, std::memory_order_relaxed);
+  if (slot) *slot_result = fd >= 0 ? wait_on_socket(*slot, fd, doorbell, due) : slot->wait(0);
+  return true;
+}
+
+bool CallerRun::take_sleeping_loop(std::unique_lock<std::mutex> &side) {
+  if (side.try_lock()) return true;
+  if (!loop_.spin_ns_) return false;
+  // A spinning loop thread lets go of loop_mu_ for an instant on every pass,
+  // and sleeps at the end of the pass that sees the request (until its next
+  // event): this caller then polls the peers alone. It yields meanwhile, so
+  // that a loop thread waiting for this core gets there. Long enough for a
+  // few passes; past that the caller hands its call to the loop.
+  constexpr uint64_t kTakeSpinningLoopNs = 200'000;
+  loop_.sleep_requests_.fetch_add(1);
+  const uint64_t until = now_ns() + kTakeSpinningLoopNs;
+  bool taken = false;
+  while (!(taken = side.try_lock()) && now_ns() < until)
+    spin_step(true);
+  loop_.sleep_requests_.fetch_sub(1);
+  // Taken between two of its passes: its spin ends all the same.
+  if (taken) loop_.last_activity_ns_ = 0;
+  return taken;
+}
+
+BlockingSlot *CallerRun::run_and_lend(std::unique_lock<std::mutex> &side,
+                                      const std::function<BlockingSlot *()> &work, int *lend_fd,
+                                      int *doorbell, uint64_t *due) {
   // The socket is borrowed only once the command is left waiting: one that
   // finished here (a small collective on shared memory) then costs no
   // epoll_ctl. A reply that comes while the command still runs wakes the
   // loop thread, which takes the loop after this caller.
   *lend_fd = -1;
-  const bool wake_now = run_as_loop([this] { loop_.drain_commands(); });
-  if (!slot.done() && borrower_wake_.valid() && !loop_.socket_.lend(lend_fd, doorbell))
+  BlockingSlot *slot = nullptr;
+  const bool wake_now = run_as_loop([&] { slot = work(); });
+  if (slot && !slot->done() && borrower_wake_.valid() && !loop_.socket_.lend(lend_fd, doorbell))
     *lend_fd = -1;
   if (!wake_now) {
     // A borrowing caller fires the due timers itself while it waits, and
@@ -65,7 +114,7 @@ bool CallerRun::run_here(const BlockingSlot &slot, int *lend_fd, int *doorbell, 
   }
   side.unlock();
   if (wake_now) loop_.wake();
-  return true;
+  return slot;
 }
 
 bool CallerRun::run_as_loop(const std::function<void()> &work) {

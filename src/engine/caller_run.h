@@ -20,8 +20,10 @@
 
 #include <ev.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -47,6 +49,16 @@ class CallerRun {
   // first) when the loop thread was awake, and on the slot alone when
   // another caller has the socket or none is watched.
   Status run_here_and_wait(BlockingSlot &slot, uint32_t spin_us);
+
+  // For a blocking caller that posted nothing: runs work on the loop's side
+  // on this thread if the loop thread sleeps in epoll (a spinning loop
+  // thread is asked to sleep first); false, with nothing run, if not. work returns null when what
+  // it ran finished, else the slot of an operation it left running, which this then waits for as
+  // run_here_and_wait does, into *slot_result.
+  bool run_inline(const std::function<BlockingSlot *()> &work, Status *slot_result);
+  // How many works run_inline ran, and how many of those left a slot to wait for.
+  uint64_t inline_runs() const { return inline_runs_.load(std::memory_order_relaxed); }
+  uint64_t inline_waits() const { return inline_waits_.load(std::memory_order_relaxed); }
 
   // True while this thread is a caller running the loop's side (run_as_loop).
   static bool runs_here(const EventLoop *loop) { return running_loop_ == loop; }
@@ -74,7 +86,17 @@ class CallerRun {
   // (and is woken). Borrows the socket if the commands left slot pending; if it did,
   // *lend_fd is the socket and *due the earliest timer armed here, which the
   // caller fires itself, else the wake timer is armed.
-  bool run_here(const BlockingSlot &slot, int *lend_fd, int *doorbell, uint64_t *due);
+  bool run_here(BlockingSlot &slot, int *lend_fd, int *doorbell, uint64_t *due);
+  // With loop_mu_ held (side) while the loop thread sleeps in epoll: runs
+  // work (which returns the slot it leaves pending, or null) and what it made
+  // ready, then borrows the socket if that slot is pending (*lend_fd, else
+  // -1), unlocks, and wakes the loop thread if it must. Returns the slot.
+  BlockingSlot *run_and_lend(std::unique_lock<std::mutex> &side,
+                             const std::function<BlockingSlot *()> &work, int *lend_fd,
+                             int *doorbell, uint64_t *due);
+  // Takes loop_mu_ into side if the loop thread is in epoll: at once, or,
+  // from a spinning loop thread, once it has gone to sleep for this caller.
+  bool take_sleeping_loop(std::unique_lock<std::mutex> &side);
   // With loop_mu_ held while the loop thread sleeps in epoll: runs work on
   // the loop's side on this thread, then what it made ready. True if the
   // loop thread must wake now (a watcher changed, or work is left), which
@@ -109,6 +131,7 @@ class CallerRun {
   UniqueFd wake_timer_;
   ev_io wake_timer_io_;
   uint64_t wake_timer_due_ns_ = UINT64_MAX;  // UINT64_MAX: disarmed
+  std::atomic<uint64_t> inline_runs_{0}, inline_waits_{0};
   // An eventfd: BlockingSlot::complete() wakes a caller polling the socket.
   UniqueFd borrower_wake_;
 };

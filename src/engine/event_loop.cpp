@@ -202,6 +202,9 @@ void EventLoop::spin_or_sleep(struct ev_loop *loop) {
     active_ = false;
     last_activity_ns_ = now;
   }
+  // A blocking caller asks for the loop (run_inline): the spin ends here,
+  // until the next activity, so that the caller polls alone.
+  if (sleep_requests_.load(std::memory_order_relaxed)) last_activity_ns_ = now - spin_ns_;
   if (now - last_activity_ns_ < spin_ns_) {
     spinning_.store(true);
     ev_idle_start(loop, &idle_);  // poll without sleeping

@@ -58,7 +58,20 @@ class EventLoop {
   Status run_here_and_wait(BlockingSlot &slot, uint32_t spin_us) {
     return caller_run_.run_here_and_wait(slot, spin_us);
   }
+  // For a blocking caller that posted nothing (a small collective on shared
+  // memory): runs work on the loop's side on this thread if it can have the
+  // loop at once (CallerRun::run_inline); false, with nothing run, if not.
+  // Commands queued before still wait: work checks commands_queued() if it
+  // must not pass them.
+  bool run_inline(const std::function<BlockingSlot *()> &work, Status *slot_result) {
+    return caller_run_.run_inline(work, slot_result);
+  }
   void wake() { ev_async_send(loop_, &wake_); }
+  // Whether a posted command waits to run (any thread).
+  bool commands_queued() {
+    std::lock_guard<std::mutex> g(mu_);
+    return !commands_.empty();
+  }
   // Loop side: the engine's socket, which a caller in run_here_and_wait
   // borrows (LendableSocket). on_ready gets EV_READ, and EV_WRITE while
   // EV_WRITE is watched. Called once, or again after unwatch_socket
@@ -74,6 +87,9 @@ class EventLoop {
   }
   void unwatch_doorbell() { socket_.unwatch_doorbell(); }
   void unwatch_socket() { socket_.unwatch(); }
+  // How many works run_inline ran, and how many left an operation to wait for.
+  uint64_t inline_runs() const { return caller_run_.inline_runs(); }
+  uint64_t inline_waits() const { return caller_run_.inline_waits(); }
   // How many times a blocking caller borrowed the socket (CallerRun).
   uint64_t socket_lends() { return socket_.lends(); }
   // Loop side: every timer and I/O watcher of the loop is (re)started here,
@@ -136,11 +152,14 @@ class EventLoop {
   bool stopping_ = false;
   std::atomic<bool> started_{false};
   uint64_t spin_ns_ = 0;
-  uint64_t last_activity_ns_ = 0;  // loop thread
+  uint64_t last_activity_ns_ = 0;  // loop side
   bool active_ = false;            // loop thread: note_activity() since the last pass
   // While true the loop polls without sleeping and picks up commands by
   // itself, so post() skips the eventfd write.
   std::atomic<bool> spinning_{false};
+  // Callers waiting to run on the loop's side (CallerRun::run_inline): a
+  // spinning loop thread sleeps at the end of its pass instead.
+  std::atomic<uint32_t> sleep_requests_{0};
   std::deque<std::coroutine_handle<>> ready_;
   std::vector<std::function<bool()>> hooks_;
 };

@@ -1,0 +1,77 @@
+#include "collective/shm_inline.h"
+
+#include <memory>
+
+#include "client/shm_host.h"
+#include "collective/shm_coll_steps.h"
+#include "collective/shm_one_ticket.h"
+
+namespace nexar {
+namespace {
+
+// What goes on as an operation once a member is late: the turn, the wait
+// that polled in vain and the steps after it.
+struct Rest {
+  shm_coll::Turn turn;
+  shm_coll::ShmNeed need;
+  ShmOneTicket steps;
+};
+
+Task<Status> go_on(Coll &c, std::shared_ptr<Rest> rest) {
+  ShmCollArea &a = *c.comm()->shm_coll().area;  // the turn keeps it
+  Status s = co_await shm_coll::wait_for(c, a, rest->need);
+  if (s) s = co_await run_one_ticket(c, a, rest->steps);
+  co_return shm_coll::after_body(c, std::move(s));
+}
+
+// On the loop's side, the collective's operation on the stack.
+bool run_here(Communicator &comm, CollKind kind, const CollArgs &g, OpContext &op, Status *status,
+              Communicator::Body *rest) {
+  Communicator::ShmColl &sc = comm.shm_coll();
+  Coll c(&comm, &op, kind, g);
+  shm_coll::Turn turn(sc);
+  turn.take_now();  // none waits before it (run_inline_collective)
+  ShmCollArea &a = *sc.area;
+  c.note_algorithm("shm");
+  a.host().count_collective();
+  ShmOneTicket steps(c, a, kind);
+  shm_coll::ShmNeed need{};
+  for (;;) {
+    Status s = steps.advance(c, a, &need);
+    if (!s || !need.doing) {
+      s = shm_coll::after_body(c, std::move(s));
+      if (s.code == NEXAR_ERR_MISMATCH) comm.announce_mismatch(c.seq(), s.message);
+      comm.collectives().ran_at_once(c.seq(), c.check());
+      *status = std::move(s);
+      return true;
+    }
+    if (!shm_coll::poll_for(c, a, need)) break;
+  }
+  auto left = std::make_shared<Rest>(Rest{std::move(turn), need, steps});
+  *rest = [&comm, kind, g, left, deadline = c.deadline_ns()](OpContext *o) {
+    return run_collective_as(
+        &comm, o, kind, g, [left](Coll &coll) { return go_on(coll, left); }, 0, deadline);
+  };
+  return false;
+}
+
+}  // namespace
+
+bool shm_run_inline(Communicator &comm, const char *name, CollKind kind, const CollArgs &args,
+                    Status *status, uint64_t *seq) {
+  if (!ShmOneTicket::fits(kind, args)) return false;
+  struct Call {
+    Communicator &comm;
+    CollKind kind;
+    const CollArgs &args;
+  } call{comm, kind, args};
+  // One reference: the std::function keeps it without a heap block.
+  return comm.run_inline_collective(
+      name,
+      [&call](OpContext &op, Status *s, Communicator::Body *rest) {
+        return run_here(call.comm, call.kind, call.args, op, s, rest);
+      },
+      status, seq);
+}
+
+}  // namespace nexar
