@@ -110,12 +110,8 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
     posted = client_->loop().post(
         [this, seq, coll_seq, coll_numbers, trace, op_name, body = std::move(body), done, user_data,
          slot, fault_tolerant]() mutable {
-          auto op = std::make_unique<OpContext>(&client_->loop(), seq, op_name);
-          OpContext *raw = op.release();  // owned by the running operation until deliver()
-          raw->set_coll_seq(coll_seq, coll_numbers);
-          raw->set_trace(trace);
+          OpContext *raw = add_op(seq, op_name, coll_seq, coll_numbers, trace);
           fr::started(flight_, trace, coll_seq);
-          active_.insert(raw);
           if (fault_tolerant) fault_tolerant_.insert(raw);
           // Ended here (abort, destroy) means the state check refused the
           // call; what is left is a peer's abort, which agree and shrink survive.
@@ -126,9 +122,7 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
             raw->fail(no);
           for (uint64_t n = coll_seq; coll_seq && n < coll_seq + coll_numbers; ++n)
             if (auto early = collectives_.start(n); early && !raw->failed()) raw->fail(*early);
-          spawn(body(raw), [this, raw, done, user_data, slot](Status s) {
-            deliver(raw, std::move(s), done, user_data, slot);
-          });
+          run_op(raw, body, done, user_data, slot);
         },
         /*wake=*/!slot);
     if (!posted && collective) next_coll_seq_ -= coll_numbers;
@@ -148,6 +142,23 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
   Status s = client_->loop().run_here_and_wait(*slot, client_->config().spin_us);
   tracker->done();
   return s;
+}
+
+OpContext *Communicator::add_op(uint64_t seq, const std::string &name, uint64_t coll_seq,
+                                uint32_t coll_numbers, uint64_t trace) {
+  auto op = std::make_unique<OpContext>(&client_->loop(), seq, name);
+  OpContext *raw = op.release();  // owned by the running operation until deliver()
+  raw->set_coll_seq(coll_seq, coll_numbers);
+  raw->set_trace(trace);
+  active_.insert(raw);
+  return raw;
+}
+
+void Communicator::run_op(OpContext *op, const Body &body, nexar_done_fn done, void *user_data,
+                          std::shared_ptr<BlockingSlot> slot) {
+  spawn(body(op), [this, op, done, user_data, slot = std::move(slot)](Status s) {
+    deliver(op, std::move(s), done, user_data, slot);
+  });
 }
 
 int32_t Communicator::waiting_on(uint64_t seq) const {

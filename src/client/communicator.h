@@ -156,6 +156,12 @@ class Communicator {
   // Returns the slot of the operation it leaves running in *slot.
   bool start_inline(const char *name, const InlineRun &run, Status *status, uint64_t *seq_out,
                     std::shared_ptr<BlockingSlot> *slot);
+  // Loop side: a new operation in flight (owned by it until deliver()), and
+  // its body run to completion, delivered to done or slot.
+  OpContext *add_op(uint64_t seq, const std::string &name, uint64_t coll_seq, uint32_t coll_numbers,
+                    uint64_t trace);
+  void run_op(OpContext *op, const Body &body, nexar_done_fn done, void *user_data,
+              std::shared_ptr<BlockingSlot> slot);
   // Why a starting operation may not run (revoked, a failed member), or ok.
   Status refusal(const OpContext *op, bool fault_tolerant) const;
   // Fails the operations in flight that the failure of `rank` ends.

@@ -2,7 +2,6 @@
 // once on the calling thread, without a command, an operation on the heap or
 // a coroutine, unless it has to sleep (collective/shm_inline.h).
 #include "client/communicator.h"
-#include "engine/spawn.h"
 
 namespace nexar {
 
@@ -61,15 +60,8 @@ bool Communicator::start_inline(const char *name, const InlineRun &run, Status *
   Body rest;
   if (s.ok() && !run(op, &s, &rest)) {
     // A member is late: the rest sleeps between its steps, as an operation.
-    auto owned = std::make_unique<OpContext>(&client_->loop(), seq, name);
-    OpContext *raw = owned.release();  // owned by the running operation until deliver()
-    raw->set_coll_seq(coll_seq);
-    raw->set_trace(trace);
-    active_.insert(raw);
     *slot = std::make_shared<BlockingSlot>();
-    spawn(rest(raw), [this, raw, slot = *slot](Status r) {
-      deliver(raw, std::move(r), nullptr, nullptr, slot);
-    });
+    run_op(add_op(seq, name, coll_seq, 1, trace), rest, nullptr, nullptr, *slot);
     return true;
   }
   fr::ended(flight_, trace, coll_seq, s.code);
