@@ -71,6 +71,25 @@ TEST(Launcher, StopsEveryoneWhenOneRankFails) {
   EXPECT_TRUE(contains(run2.err(), "rank 1 was killed by signal 9")) << run2.dump();
 }
 
+// A rank that reports its failure (its pid to NEXAR_RUN_FAILURE_FD, as the
+// Python binding does for an unhandled exception) is named even though the
+// ranks that fail after it exit first, and it is left to end on its own.
+TEST(Launcher, NamesTheRankThatReportedItsFailureFirst) {
+  TempDir dir;
+  const std::string script =
+      "if [ \"$NEXAR_RANK\" = 1 ]; then echo $$ >/proc/self/fd/$NEXAR_RUN_FAILURE_FD; sleep 1; "
+      "exit 4; fi; "
+      "sleep 0.3; exit 1";
+  Proc run(dir, "run", {NEXAR_RUN_BIN, "-n", "3", "--grace", "5", "--", "/bin/sh", "-c", script},
+           {});
+  ASSERT_TRUE(run.wait(60)) << run.dump();
+  EXPECT_EQ(run.code(), 4) << run.dump();
+  EXPECT_TRUE(contains(run.err(), "rank 1 (pid ")) << run.dump();
+  EXPECT_TRUE(contains(run.err(), "is failing; stopping the other ranks")) << run.dump();
+  EXPECT_TRUE(contains(run.err(), "failed: rank 1 exited with status 4; 2 other rank(s) stopped"))
+      << run.dump();
+}
+
 // With --keep-going a failed rank is named (exit status or signal) and the
 // others run on to their end; nexar-run still exits with the first failure.
 TEST(Launcher, KeepGoingLeavesTheSurvivorsRunning) {

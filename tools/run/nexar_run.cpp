@@ -55,7 +55,9 @@
 #include <string>
 #include <vector>
 
+#include "child_exits.h"
 #include "cpu_binding.h"
+#include "failure_reports.h"
 
 extern char **environ;
 
@@ -406,6 +408,12 @@ int main(int argc, char **argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
+  nexar_run::record_child_exits(g_wake[1]);
+  nexar_run::FailureReports reports;
+  if (!reports.open()) {
+    say_errno("pipe");
+    return 1;
+  }
 
   // The embedded seed, with a token made for this run.
   const std::string token = random_token();
@@ -495,6 +503,7 @@ int main(int argc, char **argv) {
         unsetenv("NEXAR_WORLD_SIZE");
       }
       if (elastic) setenv("NEXAR_ELASTIC", "1", 1);
+      reports.give_to_child();
       setenv("NEXAR_CLUSTER_TOKEN", token.c_str(), 1);
       setenv("NEXAR_LOCAL_RANK", std::to_string(local).c_str(), 1);
       setenv("NEXAR_LOCAL_WORLD_SIZE", std::to_string(local_count).c_str(), 1);
@@ -550,15 +559,18 @@ int main(int argc, char **argv) {
   uint32_t stopped = 0, failures = 0;
   bool stopping = false, killed = false, seed_stopped = false, announced = false;
   auto stop_at = std::chrono::steady_clock::time_point::max();
+  pid_t failed_pid = -1;  // failed_rank's process
   auto stop_others = [&](int sig) {
+    // A rank that reported its failure is ending of its own accord: only
+    // SIGKILL, after the grace period, is for it too.
     for (auto &rk : ranks)
-      if (rk.running) kill(-rk.pid, sig);
+      if (rk.running && (sig == SIGKILL || rk.pid != failed_pid)) kill(-rk.pid, sig);
   };
   auto begin_stop = [&]() {
     if (stopping) return;
     stopping = true;
     for (auto &rk : ranks)
-      if (rk.running) ++stopped;
+      if (rk.running && rk.pid != failed_pid) ++stopped;
     stop_others(SIGTERM);
     stop_at = std::chrono::steady_clock::now() +
               std::chrono::milliseconds(static_cast<long>(grace * 1000));
@@ -567,6 +579,7 @@ int main(int argc, char **argv) {
     bool any_running = false, any_pipe = false;
     std::vector<pollfd> fds;
     fds.push_back({g_wake[0], POLLIN, 0});
+    fds.push_back({reports.read_fd(), POLLIN, 0});
     for (auto &rk : ranks) {
       if (rk.out >= 0) fds.push_back({rk.out, POLLIN, 0});
       if (rk.err >= 0) fds.push_back({rk.err, POLLIN, 0});
@@ -599,13 +612,30 @@ int main(int argc, char **argv) {
         }
       }
     }
-    // Exits.
-    for (auto &rk : ranks) {
-      if (!rk.running) continue;
-      int st = 0;
-      if (waitpid(rk.pid, &st, WNOHANG) != rk.pid) continue;
+    // A rank that reports its failure is the one that failed first, though
+    // the ranks that fail because of it may exit before it does.
+    for (pid_t pid : reports.take()) {
+      if (elastic || keep_going || failed_rank >= 0 || stopping) continue;
+      for (auto &rk : ranks) {
+        if (rk.pid != pid || !rk.running) continue;
+        failed_rank = static_cast<int>(rk.rank);
+        failed_pid = pid;
+        out.note("rank " + std::to_string(rk.rank) + " (pid " + std::to_string(pid) +
+                 ") is failing; stopping the other ranks");
+        begin_stop();
+      }
+    }
+    // Exits, in the order they happened.
+    for (nexar_run::ChildExit ended; nexar_run::next_child_exit(&ended);) {
+      size_t at = 0;
+      while (at < ranks.size() && !(ranks[at].running && ranks[at].pid == ended.pid))
+        ++at;
+      if (at == ranks.size()) continue;  // not a rank of ours
+      Rank &rk = ranks[at];
+      const int st = ended.status;
       rk.running = false;
       rk.status = st;
+      if (rk.pid == failed_pid) failed_status = st;  // it reported its failure first
       const bool bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
       if (bad && elastic && !stopping) {
         const std::string who = "rank " + std::to_string(rk.rank) + " (pid " +
@@ -636,7 +666,7 @@ int main(int argc, char **argv) {
                      "), the others go on");
           }
         }
-        break;  // ranks may have grown: iterate again on the next round
+        continue;  // ranks may have grown: rk is not to be used again
       } else if (bad && keep_going && !stopping) {
         if (failed_rank < 0) {
           failed_rank = static_cast<int>(rk.rank);
@@ -647,6 +677,7 @@ int main(int argc, char **argv) {
                  describe_status(st) + "; the other ranks keep running (--keep-going)");
       } else if (bad && failed_rank < 0 && !stopping) {
         failed_rank = static_cast<int>(rk.rank);
+        failed_pid = rk.pid;
         failed_status = st;
         out.note("rank " + std::to_string(rk.rank) + " (pid " + std::to_string(rk.pid) + ") " +
                  describe_status(st) + "; stopping the other ranks");
@@ -720,7 +751,8 @@ int main(int argc, char **argv) {
     else
       fprintf(stderr, "%s: failed: rank %d %s; %u other rank(s) stopped\n", g_name, failed_rank,
               describe_status(failed_status).c_str(), stopped);
-    if (WIFEXITED(failed_status)) return WEXITSTATUS(failed_status);
+    if (WIFEXITED(failed_status))
+      return WEXITSTATUS(failed_status) ? WEXITSTATUS(failed_status) : 1;
     if (WIFSIGNALED(failed_status)) return 128 + WTERMSIG(failed_status);
     return 1;
   }

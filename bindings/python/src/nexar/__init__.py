@@ -142,6 +142,18 @@ _hook_lock = threading.Lock()
 _hook_installed = False
 
 
+def _report_failure_to_launcher() -> None:
+    """Tells nexar-run that this rank fails first: the ranks that lose it may
+    exit before it does, and the launcher names the rank that reported."""
+    fd = os.environ.get("NEXAR_RUN_FAILURE_FD")
+    if not fd:
+        return
+    try:
+        os.write(int(fd), f"{os.getpid()}\n".encode())
+    except (ValueError, OSError):  # not under nexar-run after all
+        pass
+
+
 def _install_excepthook() -> None:
     global _hook_installed
     with _hook_lock:
@@ -153,6 +165,7 @@ def _install_excepthook() -> None:
         under_launcher = os.environ.get("NEXAR_RUN_LAUNCHER") == "python"
 
         def hook(tp, value, tb):
+            _report_failure_to_launcher()
             if under_launcher:
                 # python -m nexar.run stops the other ranks as soon as this
                 # process ends: end now, before closing the communicator makes
