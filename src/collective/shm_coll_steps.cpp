@@ -151,17 +151,24 @@ Task<Status> publish(Coll &c, ShmCollArea &a, uint64_t t, const void *src, uint6
   co_return Status();
 }
 
+uint8_t *own_data_for(ShmCollArea &a, uint64_t t, uint64_t bytes, uint64_t *offset) {
+  if (bytes <= ShmCollArea::kHeaderDataBytes) {
+    *offset = a.own_header_data_offset(t);
+    return a.own_header_data(t);
+  }
+  *offset = a.own_slot_offset(t);
+  return a.own_slot(t);
+}
+
 void fill_and_announce(Coll &c, ShmCollArea &a, uint64_t t, const void *src, uint64_t bytes,
                        bool by_reference) {
   uint64_t offset = 0;
   if (by_reference && bytes >= kByReferenceMinBytes && a.in_own_heap(src, bytes, &offset)) {
     a.host().count_by_reference(bytes);
-  } else if (bytes <= ShmCollArea::kHeaderDataBytes) {
-    if (bytes) std::memcpy(a.own_header_data(t), src, bytes);
-    offset = a.own_header_data_offset(t);
+  } else if (bytes) {
+    copy_bytes(own_data_for(a, t, bytes, &offset), src, bytes);
   } else {
-    copy_bytes(a.own_slot(t), src, bytes);
-    offset = a.own_slot_offset(t);
+    offset = a.own_header_data_offset(t);
   }
   announce(c, a, t, offset, bytes);
 }

@@ -52,6 +52,11 @@ Task<Status> claim_slot(Coll &c, ShmCollArea &a, uint64_t t);
 // then rings the members.
 void announce(Coll &c, ShmCollArea &a, uint64_t t, uint64_t offset, uint64_t bytes);
 
+// Where ticket t's bytes of data go in this member's area: its header line
+// when they fit there (a reader then touches one line), else its slot. The
+// offset to announce in *offset.
+uint8_t *own_data_for(ShmCollArea &a, uint64_t t, uint64_t bytes, uint64_t *offset);
+
 // Fills ticket t's slot with bytes of src (or points at src, if
 // by_reference and src lies in this member's heap), then announce. The slot
 // must be claimed.

@@ -13,19 +13,12 @@ namespace {
 
 using namespace shm_coll;
 
-// One chunk (and the barrier) runs on ShmOneTicket, whose steps also run on
-// a blocking caller's thread.
-Task<Status> one_ticket_body(Coll &c, ShmCollArea &a, CollKind kind) {
-  ShmOneTicket m(c, a, kind);
-  co_return co_await run_one_ticket(c, a, m);
-}
-
 Task<Status> barrier_body(Coll &c, ShmCollArea &a) {
   return one_ticket_body(c, a, CollKind::Barrier);
 }
 
 Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
-  if (ShmOneTicket::fits(CollKind::Broadcast, c.args()))
+  if (ShmOneTicket::fits(CollKind::Broadcast, c.args(), c.size()))
     co_return co_await one_ticket_body(c, a, CollKind::Broadcast);
   const CollArgs &g = c.args();
   const uint64_t bytes = uint64_t{g.count} * c.esize();

@@ -24,6 +24,14 @@ Task<Status> go_on(Coll &c, std::shared_ptr<Rest> rest) {
   co_return shm_coll::after_body(c, std::move(s));
 }
 
+// An algorithm forced by the configuration (NEXAR_ALLREDUCE_ALGO,
+// NEXAR_BROADCAST_ALGO) runs over messages, as the usual path runs it.
+bool forced_elsewhere(const Communicator &comm, CollKind kind) {
+  if (kind == CollKind::Allreduce) return comm.config().allreduce_algo.index != 0;
+  if (kind == CollKind::Broadcast) return comm.config().broadcast_algo.index != 0;
+  return false;
+}
+
 // On the loop's side, the collective's operation on the stack.
 bool run_here(Communicator &comm, CollKind kind, const CollArgs &g, OpContext &op, Status *status,
               Communicator::Body *rest) {
@@ -59,7 +67,7 @@ bool run_here(Communicator &comm, CollKind kind, const CollArgs &g, OpContext &o
 
 bool shm_run_inline(Communicator &comm, const char *name, CollKind kind, const CollArgs &args,
                     Status *status, uint64_t *seq) {
-  if (!ShmOneTicket::fits(kind, args)) return false;
+  if (!ShmOneTicket::fits(kind, args, comm.size()) || forced_elsewhere(comm, kind)) return false;
   struct Call {
     Communicator &comm;
     CollKind kind;

@@ -20,6 +20,7 @@
 #include "collective/ring.h"
 #include "collective/shm_coll_steps.h"
 #include "collective/shm_collectives.h"
+#include "collective/shm_one_ticket.h"
 #include "core/copy.h"
 
 namespace nexar {
@@ -226,7 +227,11 @@ Task<Status> Movement::run() {
   co_return Status();
 }
 
+// Small ones take one ticket on ShmOneTicket, whose steps also run on a
+// blocking caller's thread.
 Task<Status> movement_body(Coll &c, ShmCollArea &a) {
+  if (ShmOneTicket::fits(c.kind(), c.args(), c.size()))
+    co_return co_await one_ticket_body(c, a, c.kind());
   Movement m(c, a);
   co_return co_await m.run();
 }

@@ -1,5 +1,6 @@
 #include "collective/shm_one_ticket.h"
 
+#include "collective/ring.h"
 #include "collective/shm_collectives.h"
 #include "core/copy.h"
 #include "core/dtype.h"
@@ -16,21 +17,44 @@ uint64_t bytes_of(const CollArgs &g) {
   return uint64_t{g.count} * dtype_size(g.dtype);
 }
 
+// The collectives that move blocks (shm_movement.cpp's, in one ticket).
+bool moves(CollKind k) {
+  return k == CollKind::Allgather || k == CollKind::Gather || k == CollKind::Scatter ||
+         k == CollKind::Alltoall;
+}
+
+// A publisher's blocks: one, or one per member; each of block_of bytes.
+uint64_t blocks_of(CollKind k, uint32_t members) {
+  const bool per_member =
+      k == CollKind::Scatter || k == CollKind::Alltoall || k == CollKind::ReduceScatter;
+  return per_member ? members : 1;
+}
+
+uint64_t block_of(const Coll &c) {
+  return uint64_t{c.args().count} * c.esize();
+}
+
 }  // namespace
 
-bool ShmOneTicket::fits(CollKind kind, const CollArgs &g) {
+bool ShmOneTicket::fits(CollKind kind, const CollArgs &g, uint32_t members) {
+  const uint64_t bytes = bytes_of(g);
   switch (kind) {
     case CollKind::Barrier:
       return true;
-    case CollKind::Broadcast: {
-      const uint64_t bytes = bytes_of(g);
+    case CollKind::Broadcast:
       return bytes > 0 && bytes <= shm_coll::pipeline_chunk_bytes(bytes, dtype_size(g.dtype));
-    }
     case CollKind::Allreduce:
     case CollKind::Reduce:
     case CollKind::Scan:
     case CollKind::Exscan:
-      return g.count > 0 && bytes_of(g) <= kShmWholeVectorMaxBytes;
+      return g.count > 0 && bytes <= kShmWholeVectorMaxBytes;
+    case CollKind::Allgather:
+    case CollKind::Gather:
+      return g.count > 0 && bytes <= kShmOneTicketMaxBytes;
+    case CollKind::ReduceScatter:
+    case CollKind::Scatter:
+    case CollKind::Alltoall:
+      return g.count > 0 && bytes * members <= kShmOneTicketMaxBytes;
     default:
       return false;
   }
@@ -38,41 +62,104 @@ bool ShmOneTicket::fits(CollKind kind, const CollArgs &g) {
 
 ShmOneTicket::ShmOneTicket(Coll &c, ShmCollArea &a, CollKind kind)
     : kind_(kind), t_(a.take_tickets(1)) {
-  a.set_step_bytes(payload_bytes(c));
+  a.set_step_bytes(kind_ == CollKind::Barrier ? 0 : blocks_of(kind_, c.size()) * block_of(c));
 }
 
-uint64_t ShmOneTicket::payload_bytes(const Coll &c) const {
-  return kind_ == CollKind::Barrier ? 0 : uint64_t{c.args().count} * c.esize();
-}
-
-bool ShmOneTicket::publishes(const Coll &c) const {
+bool ShmOneTicket::announces(const Coll &c) const {
   return kind_ != CollKind::Broadcast || c.rank() == c.args().root;
 }
 
+bool ShmOneTicket::publishes(const Coll &c, uint32_t r) const {
+  switch (kind_) {
+    case CollKind::Broadcast:
+    case CollKind::Scatter:
+      return r == c.args().root;
+    case CollKind::Gather:
+      return r != c.args().root;
+    default:
+      return true;
+  }
+}
+
+uint64_t ShmOneTicket::announced_bytes(const Coll &c, uint32_t r) const {
+  if (kind_ == CollKind::Barrier || !publishes(c, r)) return 0;
+  return blocks_of(kind_, c.size()) * block_of(c);
+}
+
 int32_t ShmOneTicket::reads_from(const Coll &c) const {
-  if (kind_ != CollKind::Broadcast) return kEveryMember;
-  return c.rank() == c.args().root ? kNoMember : static_cast<int32_t>(c.args().root);
+  const bool root = c.rank() == c.args().root;
+  if (kind_ == CollKind::Broadcast) return root ? kNoMember : static_cast<int32_t>(c.args().root);
+  // Scatter's root reads nothing; its other members check every member's
+  // ticket, as a gather's do (ranks that disagree about the root all hear
+  // of it).
+  if (kind_ == CollKind::Scatter && root) return kNoMember;
+  return kEveryMember;
 }
 
 int32_t ShmOneTicket::waits_for_readers(const Coll &c) const {
   const bool root = c.rank() == c.args().root;
   // A broadcast's buffer may be read where it lies; a reduce's members end
-  // once the root has read, so a mismatch reaches them too.
-  if (kind_ == CollKind::Broadcast && root) return kEveryMember;
-  if (kind_ == CollKind::Reduce && !root) return static_cast<int32_t>(c.args().root);
-  return kNoMember;
+  // once the root has read, so a mismatch reaches them too. A member that
+  // moved data ends once its readers have: a reader that ran another
+  // collective is heard of instead of this one reporting success.
+  switch (kind_) {
+    case CollKind::Broadcast:
+      return root ? kEveryMember : kNoMember;
+    case CollKind::Reduce:
+      return root ? kNoMember : static_cast<int32_t>(c.args().root);
+    case CollKind::Gather:
+      return root ? kNoMember : static_cast<int32_t>(c.args().root);
+    case CollKind::Allgather:
+    case CollKind::Alltoall:
+      return kEveryMember;
+    case CollKind::Scatter:
+      return root ? kEveryMember : kNoMember;
+    default:
+      return kNoMember;
+  }
 }
 
 void ShmOneTicket::publish(Coll &c, ShmCollArea &a) const {
   const CollArgs &g = c.args();
-  const void *src = kind_ == CollKind::Broadcast ? g.recvbuf : g.sendbuf;
-  shm_coll::fill_and_announce(c, a, t_, src, payload_bytes(c), kind_ == CollKind::Broadcast);
+  const uint32_t me = c.rank();
+  if (!moves(kind_)) {
+    const void *src = kind_ == CollKind::Broadcast ? g.recvbuf : g.sendbuf;
+    shm_coll::fill_and_announce(c, a, t_, src, announced_bytes(c, me),
+                                kind_ == CollKind::Broadcast);
+    return;
+  }
+  // Every block one after another; a member's own block of an alltoall or
+  // a scatter never travels.
+  const uint32_t blocks = blocks_of(kind_, c.size());
+  const uint64_t block = block_of(c), bytes = announced_bytes(c, me);
+  const auto *src = static_cast<const uint8_t *>(g.sendbuf);
+  uint64_t offset = 0;
+  uint8_t *to = shm_coll::own_data_for(a, t_, bytes, &offset);
+  for (uint32_t i = 0; bytes && i < blocks; ++i)
+    if (blocks == 1 || i != me) copy_bytes(to + i * block, src + i * block, block);
+  shm_coll::announce(c, a, t_, offset, bytes);
+}
+
+// What a member keeps of its own data, once it published and before it
+// copies the others' in (gather's root: its buffers may overlap).
+void ShmOneTicket::copy_own_before(const Coll &c) const {
+  const CollArgs &g = c.args();
+  const uint64_t block = block_of(c);
+  const auto *src = static_cast<const uint8_t *>(g.sendbuf);
+  auto *dst = static_cast<uint8_t *>(g.recvbuf);
+  const uint32_t me = c.rank();
+  if (kind_ == CollKind::Allgather)
+    copy_unless_same(dst + me * block, src, block);
+  else if (kind_ == CollKind::Gather && me == g.root)
+    move_bytes(dst + me * block, src, block);
+  else if (kind_ == CollKind::Alltoall && src != dst)
+    copy_bytes(dst + me * block, src + me * block, block);
 }
 
 Status ShmOneTicket::consume(Coll &c, ShmCollArea &a) const {
   const CollArgs &g = c.args();
-  const uint64_t bytes = payload_bytes(c);
   Status s;
+  if (moves(kind_)) return consume_movement(c, a);
   if (kind_ == CollKind::Barrier) {
     const uint8_t *none = nullptr;
     for (uint32_t r = 0; r < c.size(); ++r)
@@ -81,9 +168,56 @@ Status ShmOneTicket::consume(Coll &c, ShmCollArea &a) const {
   }
   if (kind_ == CollKind::Broadcast) {
     if (c.rank() == g.root) return s;
+    const uint64_t bytes = block_of(c);
     const uint8_t *data = nullptr;
     if (!(s = shm_coll::published_data(c, a, g.root, t_, bytes, &data))) return s;
     copy_bytes(g.recvbuf, data, bytes);
+    return s;
+  }
+  return consume_reduction(c, a);
+}
+
+Status ShmOneTicket::consume_movement(Coll &c, ShmCollArea &a) const {
+  const CollArgs &g = c.args();
+  const uint32_t me = c.rank();
+  const bool root = me == g.root;
+  const bool reads = kind_ == CollKind::Allgather || kind_ == CollKind::Alltoall ||
+                     (kind_ == CollKind::Gather && root) || (kind_ == CollKind::Scatter && !root);
+  const uint64_t block = block_of(c);
+  // Source r's block goes to dst + r * stride; this member's block of a
+  // publisher's blocks is block i.
+  const uint64_t stride = kind_ == CollKind::Scatter ? 0 : block;
+  const uint64_t i = blocks_of(kind_, c.size()) == 1 ? 0 : me;
+  auto *dst = static_cast<uint8_t *>(g.recvbuf);
+  Status s;
+  if (kind_ == CollKind::Scatter && root) return s;  // it reads nothing
+  // Every other member's ticket is checked, whether its data is needed or
+  // not: all agree on the collective, and a mismatch is seen.
+  for (uint32_t r = 0; r < c.size(); ++r) {
+    if (r == me) continue;
+    const uint8_t *data = nullptr;
+    if (!(s = shm_coll::published_data(c, a, r, t_, announced_bytes(c, r), &data))) return s;
+    if (reads && publishes(c, r)) copy_bytes(dst + r * stride, data + i * block, block);
+  }
+  return s;
+}
+
+Status ShmOneTicket::consume_reduction(Coll &c, ShmCollArea &a) const {
+  const CollArgs &g = c.args();
+  const uint64_t bytes = announced_bytes(c, c.rank());
+  Status s;
+  if (kind_ == CollKind::ReduceScatter) {
+    // Member r's blocks one after another: block me of each, reduced in
+    // the ring's order straight into recvbuf.
+    const size_t block = g.count, len = block * c.esize();
+    ReductionInputs x{std::vector<const uint8_t *>(c.size()), block * c.size(), c.esize(), g.dtype,
+                      g.op};
+    for (uint32_t r = 0; r < c.size(); ++r) {
+      if (!(s = shm_coll::published_data(c, a, r, t_, bytes, &x.x[r]))) return s;
+      x.x[r] += c.rank() * len;
+    }
+    reduce_in_order(ReductionOrder::Ring, x, c.rank() * block, block,
+                    static_cast<uint8_t *>(g.recvbuf), c.pool());
     return s;
   }
   // Every member's header is checked, whether its data is needed or not.
@@ -104,23 +238,24 @@ Status ShmOneTicket::advance(Coll &c, ShmCollArea &a, ShmNeed *need) {
       case Phase::Claim:
         // The slot's previous ticket must be finished by everyone.
         phase_ = Phase::Publish;
-        if (publishes(c) && t_ >= ShmCollArea::kSlots) {
+        if (announces(c) && t_ >= ShmCollArea::kSlots) {
           *need = {ShmCollArea::kFinished, t_ + 1 - ShmCollArea::kSlots, kEveryMember,
                    "finish an earlier step"};
           return {};
         }
         break;
       case Phase::Publish:
-        if (publishes(c)) publish(c, a);
+        if (announces(c)) publish(c, a);
+        copy_own_before(c);
         phase_ = Phase::Read;
         break;
       case Phase::Read: {
         phase_ = Phase::Consume;
         const int32_t from = reads_from(c);
         if (from != kNoMember) {
-          const char *doing = kind_ == CollKind::Barrier     ? "enter the barrier"
-                              : kind_ == CollKind::Broadcast ? "publish its data"
-                                                             : "publish its vector";
+          const char *doing = kind_ == CollKind::Barrier                     ? "enter the barrier"
+                              : moves(kind_) || kind_ == CollKind::Broadcast ? "publish its data"
+                                                                             : "publish its vector";
           *need = {ShmCollArea::kPublished, t_ + 1, from, doing};
           return {};
         }
@@ -138,13 +273,23 @@ Status ShmOneTicket::advance(Coll &c, ShmCollArea &a, ShmNeed *need) {
         break;
       }
       case Phase::Readers: {
-        phase_ = Phase::Done;
+        phase_ = Phase::Keep;
         const int32_t readers = waits_for_readers(c);
         if (readers != kNoMember) {
-          *need = {ShmCollArea::kFinished, t_ + 1, readers,
-                   kind_ == CollKind::Broadcast ? "receive the data" : "read the data"};
+          *need = {
+              ShmCollArea::kFinished, t_ + 1, readers,
+              kind_ == CollKind::Broadcast || moves(kind_) ? "receive the data" : "read the data"};
           return {};
         }
+        break;
+      }
+      case Phase::Keep: {
+        // Scatter's root keeps its block last: its buffers may overlap.
+        const CollArgs &g = c.args();
+        if (kind_ == CollKind::Scatter && c.rank() == g.root)
+          move_bytes(g.recvbuf, static_cast<const uint8_t *>(g.sendbuf) + g.root * block_of(c),
+                     block_of(c));
+        phase_ = Phase::Done;
         break;
       }
       case Phase::Done:
@@ -161,6 +306,11 @@ Task<Status> run_one_ticket(Coll &c, ShmCollArea &a, ShmOneTicket &m) {
     if (!s || !need.doing) co_return s;
     if (!(s = co_await shm_coll::wait_for(c, a, need))) co_return s;
   }
+}
+
+Task<Status> one_ticket_body(Coll &c, ShmCollArea &a, CollKind kind) {
+  ShmOneTicket m(c, a, kind);
+  co_return co_await run_one_ticket(c, a, m);
 }
 
 }  // namespace nexar

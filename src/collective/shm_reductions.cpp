@@ -141,10 +141,7 @@ Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, Reduct
 // ShmOneTicket, whose steps also run on a blocking caller's thread. kind is
 // what the collective does (a bucket of a bucketed allreduce allreduces).
 Task<Status> reduction_body(Coll &c, ShmCollArea &a, CollKind kind) {
-  if (ShmOneTicket::fits(kind, c.args())) {
-    ShmOneTicket m(c, a, kind);
-    co_return co_await run_one_ticket(c, a, m);
-  }
+  if (ShmOneTicket::fits(kind, c.args(), c.size())) co_return co_await one_ticket_body(c, a, kind);
   ShmReduction plan = shm_reduction_plan(c, kind);
   const bool sliced = (kind == CollKind::Allreduce || kind == CollKind::Reduce) &&
                       uint64_t{c.args().count} * c.esize() > kShmWholeVectorMaxBytes;
@@ -172,6 +169,8 @@ Task<Status> exscan_body(Coll &c, ShmCollArea &a) {
 // share each), laid out block after block; member r reduces the pieces of
 // block r straight into its recvbuf, in the ring's order.
 Task<Status> reduce_scatter_body(Coll &c, ShmCollArea &a) {
+  if (ShmOneTicket::fits(CollKind::ReduceScatter, c.args(), c.size()))
+    co_return co_await one_ticket_body(c, a, CollKind::ReduceScatter);
   const CollArgs &g = c.args();
   const size_t esize = c.esize(), block = g.count;
   const uint32_t n = c.size(), me = c.rank();
