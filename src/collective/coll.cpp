@@ -89,8 +89,6 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
   const uint64_t timeout_ms =
       barrier ? comm->config().barrier_timeout_ms : comm->config().collective_timeout_ms;
   deadline_ns_ = deadline_ns ? deadline_ns : now_ns() + timeout_ms * kNsPerMs;
-  sent_.assign(comm->size(), 0);
-  heard_.assign(comm->size(), 0);
   // The whole collective shares one deadline: the timeout bounds the
   // operation, not each of its messages.
   if (op->trace()) record(comm, op, kind, args);
@@ -112,19 +110,19 @@ const char *Coll::what() const {
 }
 
 Task<Status> Coll::send(uint32_t to, uint32_t step, const void *data, uint64_t bytes) {
-  sent_[to] = 1;
+  mark(&sent_, to);
   return send_to(scope(), envelope(to, step), data, bytes, SendCompletion::Copied);
 }
 
 Task<Status> Coll::recv(uint32_t from, uint32_t step, void *data, uint64_t bytes) {
-  heard_[from] = 1;
+  mark(&heard_, from);
   fr::waiting(op_->trace(), static_cast<int32_t>(from), step);
   return recv_from(scope(), envelope(from, step), data, bytes);
 }
 
 Task<Status> Coll::recv_reduce(uint32_t from, uint32_t step, void *data, const void *own,
                                uint64_t bytes, bool own_first) {
-  heard_[from] = 1;
+  mark(&heard_, from);
   fr::waiting(op_->trace(), static_cast<int32_t>(from), step);
   return recv_from(scope(), envelope(from, step), data, bytes,
                    CombineOnArrival{static_cast<const uint8_t *>(own), args_.dtype, args_.op,
@@ -154,12 +152,13 @@ Task<Status> Coll::confirm() {
   std::vector<Task<Status>> t;
   bool heard_any = false;
   for (uint32_t p = 0; p < size(); ++p)
-    heard_any |= p != rank() && heard_[p];
+    heard_any |= p != rank() && marked(heard_, p);
   for (uint32_t p = 0; p < size(); ++p) {
     if (p == rank()) continue;
-    if (heard_[p] && !sent_[p])
+    if (marked(heard_, p) && !marked(sent_, p))
       t.push_back(send_to(scope(), envelope(p, kDoneStep), nullptr, 0, SendCompletion::Copied));
-    if (!heard_any && sent_[p]) t.push_back(recv_from(scope(), envelope(p, kDoneStep), nullptr, 0));
+    if (!heard_any && marked(sent_, p))
+      t.push_back(recv_from(scope(), envelope(p, kDoneStep), nullptr, 0));
   }
   if (t.empty()) co_return Status();
   co_return co_await when_all(op_, std::move(t));

@@ -105,7 +105,14 @@ class Coll {
   Envelope envelope(uint32_t peer, uint32_t step) const {
     return {peer, wire::FrameKind::Collective, tag(step), check_, what()};
   }
-  std::vector<uint8_t> sent_, heard_;  // per peer: this rank sent to / received from it
+  // Per peer: this rank sent to / received from it. Sized at the first
+  // message: a collective on shared memory sends none.
+  std::vector<uint8_t> sent_, heard_;
+  void mark(std::vector<uint8_t> *v, uint32_t peer) {
+    if (v->empty()) v->assign(size(), 0);
+    (*v)[peer] = 1;
+  }
+  static bool marked(const std::vector<uint8_t> &v, uint32_t peer) { return !v.empty() && v[peer]; }
 
   Communicator *comm_;
   OpContext *op_;

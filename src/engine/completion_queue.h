@@ -51,17 +51,18 @@ struct BlockingSlot {
 
 // Counts a communicator's operations from submission until their callback
 // has returned. Shared, so that a callback may destroy its own communicator.
+// Counting takes no lock (a small blocking call counts itself twice); the
+// last one done notifies under mu, which a waiter holds between its look at
+// the count and its wait.
 struct OpTracker {
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t outstanding = 0;
-  void add() {
-    std::lock_guard<std::mutex> g(mu);
-    ++outstanding;
-  }
+  std::atomic<uint64_t> outstanding{0};
+  void add() { outstanding.fetch_add(1); }
   void done() {
+    if (outstanding.fetch_sub(1) != 1) return;
     std::lock_guard<std::mutex> g(mu);
-    if (--outstanding == 0) cv.notify_all();
+    cv.notify_all();
   }
 };
 
