@@ -2,12 +2,12 @@
 
 namespace nexar {
 namespace {
-constexpr size_t kEndedKept = 1024;
 constexpr size_t kEarlyMismatchLimit = 1024;
 }  // namespace
 
 std::optional<Status> CollectiveTracker::start(uint64_t seq) {
   if (seq > last_started_) last_started_ = seq;
+  if (early_mismatch_.empty()) return std::nullopt;
   auto early = early_mismatch_.find(seq);
   if (early == early_mismatch_.end()) return std::nullopt;
   Status s = std::move(early->second);
@@ -33,12 +33,7 @@ void CollectiveTracker::end(uint64_t seq) {
 }
 
 void CollectiveTracker::ended(uint64_t seq, uint32_t check) {
-  ended_[seq] = check;
-  ended_order_.push_back(seq);
-  if (ended_order_.size() > kEndedKept) {
-    ended_.erase(ended_order_.front());
-    ended_order_.pop_front();
-  }
+  ended_[seq % kEndedKept] = Ended{seq, check};
   if (seq > last_ended_) last_ended_ = seq;
 }
 
@@ -50,9 +45,9 @@ CollectiveTracker::Frame CollectiveTracker::on_frame(uint64_t seq, uint32_t chec
     notify(world_peer);
     return Frame::Mismatched;
   }
-  auto ended = ended_.find(seq);
-  if (ended == ended_.end()) return Frame::Keep;
-  if (ended->second != check && on_late_) on_late_(seq, world_peer);
+  const Ended &ended = ended_[seq % kEndedKept];
+  if (seq == 0 || ended.seq != seq) return Frame::Keep;
+  if (ended.check != check && on_late_) on_late_(seq, world_peer);
   return Frame::Drop;
 }
 

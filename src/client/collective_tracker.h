@@ -10,10 +10,10 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "core/status.h"
 #include "transport/codec.h"
@@ -83,9 +83,15 @@ class CollectiveTracker {
   uint64_t last_started_ = 0;
   uint64_t last_ended_ = 0;
   std::unordered_map<uint64_t, Running> running_;
-  // Recently ended collectives and their checks, bounded, oldest out.
-  std::unordered_map<uint64_t, uint32_t> ended_;
-  std::deque<uint64_t> ended_order_;
+  // Recently ended collectives and their checks, collective seq at
+  // seq % kEndedKept: a newer one takes the place of one kEndedKept older.
+  // No allocation per collective (small ones end thousands of times a second).
+  struct Ended {
+    uint64_t seq = 0;  // 0: none (collectives are numbered from 1)
+    uint32_t check = 0;
+  };
+  static constexpr size_t kEndedKept = 1024;
+  std::vector<Ended> ended_ = std::vector<Ended>(kEndedKept);
   std::unordered_map<uint64_t, Status> early_mismatch_;
 };
 

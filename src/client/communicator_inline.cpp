@@ -2,6 +2,7 @@
 // once on the calling thread, without a command, an operation on the heap or
 // a coroutine, unless it has to sleep (collective/shm_inline.h).
 #include "client/communicator.h"
+#include "core/clock.h"
 
 namespace nexar {
 
@@ -50,8 +51,10 @@ bool Communicator::start_inline(const char *name, const InlineRun &run, Status *
     coll_seq = next_coll_seq_++;
   }
   *seq_out = seq;
-  const uint64_t trace = fr::queued(flight_, seq, coll_seq, name);
-  fr::started(flight_, trace, coll_seq);
+  // Queued and started at once: one look at the clock.
+  const uint64_t now = now_ns();
+  const uint64_t trace = fr::queued(flight_, seq, coll_seq, name, now);
+  fr::started(flight_, trace, coll_seq, now);
   OpContext op(&client_->loop(), seq, name);
   op.set_coll_seq(coll_seq);
   op.set_trace(trace);

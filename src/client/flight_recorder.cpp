@@ -153,7 +153,8 @@ size_t capacity() {
   return ring().n;
 }
 
-uint64_t queued(FlightComm &comm, uint64_t op_seq, uint64_t coll_seq, const char *name) {
+uint64_t queued(FlightComm &comm, uint64_t op_seq, uint64_t coll_seq, const char *name,
+                uint64_t at_ns) {
   if (coll_seq) raise_to(comm.last_queued, coll_seq);
   Ring &r = ring();
   if (r.n == 0) return 0;
@@ -171,7 +172,7 @@ uint64_t queued(FlightComm &comm, uint64_t op_seq, uint64_t coll_seq, const char
   e.coll_seq.store(coll_seq, std::memory_order_relaxed);
   e.count.store(0, std::memory_order_relaxed);
   e.bytes.store(0, std::memory_order_relaxed);
-  e.t_queued.store(now_ns(), std::memory_order_relaxed);
+  e.t_queued.store(at_ns ? at_ns : now_ns(), std::memory_order_relaxed);
   e.t_started.store(0, std::memory_order_relaxed);
   e.t_ended.store(0, std::memory_order_relaxed);
   e.state.store(static_cast<uint32_t>(State::Queued), std::memory_order_relaxed);
@@ -188,11 +189,11 @@ uint64_t queued(FlightComm &comm, uint64_t op_seq, uint64_t coll_seq, const char
   return ticket;
 }
 
-void started(FlightComm &comm, uint64_t ticket, uint64_t coll_seq) {
+void started(FlightComm &comm, uint64_t ticket, uint64_t coll_seq, uint64_t at_ns) {
   if (coll_seq) raise_to(comm.last_started, coll_seq);
   Writer w(ticket);
   if (!w) return;
-  w->t_started.store(now_ns(), std::memory_order_relaxed);
+  w->t_started.store(at_ns ? at_ns : now_ns(), std::memory_order_relaxed);
   w->state.store(static_cast<uint32_t>(State::Started), std::memory_order_relaxed);
 }
 

@@ -59,10 +59,12 @@ struct EntryCopy {
 size_t capacity();
 // Operation op_seq (collective number coll_seq, 0 for others) of comm was
 // queued (any thread; collectives in their numbering order). Returns its
-// ticket, 0 when the recorder is off.
-uint64_t queued(FlightComm &comm, uint64_t op_seq, uint64_t coll_seq, const char *name);
+// ticket, 0 when the recorder is off. at_ns: when (now_ns(); 0 reads the
+// clock), for a caller that read it already.
+uint64_t queued(FlightComm &comm, uint64_t op_seq, uint64_t coll_seq, const char *name,
+                uint64_t at_ns = 0);
 // The rest of the operation's life (loop thread); ticket 0 does nothing.
-void started(FlightComm &comm, uint64_t ticket, uint64_t coll_seq);
+void started(FlightComm &comm, uint64_t ticket, uint64_t coll_seq, uint64_t at_ns = 0);
 // A collective's arguments; name says which ("allreduce"), in place of the
 // entry point's name.
 void collective(uint64_t ticket, const char *name, nexar_dtype_t dtype, nexar_op_t op,
