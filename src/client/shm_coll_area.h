@@ -6,6 +6,8 @@
 // only by the owner, read by every member):
 //
 //   line 0   published: tickets whose data this member put in its slot
+//                       (readers look at the slot's header instead, which
+//                       says it too: the data arrives with the news)
 //   line 1   reduced:   tickets whose slice this member reduced in its slot
 //   line 2   finished:  tickets this member is done reading from the others
 //   line 3   sleeping:  nonzero while a wait of this member on the others'
@@ -46,7 +48,7 @@ class ShmCollArea {
   static constexpr uint64_t kSlotBytes = 1ull << 20;
   // What the owner writes before publishing a ticket.
   struct SlotHeader {
-    uint64_t ticket;
+    uint64_t published;    // the ticket in the slot, plus one: stored last
     uint64_t check;        // the collective's check (Coll::check)
     uint64_t data_offset;  // where the data is, in the owner's heap
     uint64_t bytes;

@@ -41,12 +41,20 @@ uint64_t note_running_on(const ShmCollArea &a) {
   return cpu;
 }
 
+// Member r's counter c: for kPublished, as the header of ticket value - 1's
+// slot says it (a slot is refilled only once this member finished the
+// ticket before, so its word reaches value exactly when the counter would).
+uint64_t progress(const ShmCollArea &a, uint32_t r, Counter c, uint64_t value) {
+  if (c == Counter::kPublished) return value ? shm_load(&a.header(r, value - 1)->published) : 0;
+  return shm_load(a.counter(r, c));
+}
+
 // The members that are late: the first whose counter c is below value (-1:
 // none). only >= 0 looks at that member alone.
 int32_t late_member(const ShmCollArea &a, Counter c, uint64_t value, int32_t only = -1) {
   for (uint32_t r = 0; r < a.size(); ++r) {
     if (r == a.rank() || (only >= 0 && r != static_cast<uint32_t>(only))) continue;
-    if (shm_load(a.counter(r, c)) < value) return static_cast<int32_t>(r);
+    if (progress(a, r, c, value) < value) return static_cast<int32_t>(r);
   }
   return -1;
 }
@@ -134,11 +142,13 @@ Task<Status> claim_slot(Coll &c, ShmCollArea &a, uint64_t t) {
 
 void announce(Coll &c, ShmCollArea &a, uint64_t t, uint64_t offset, uint64_t bytes) {
   ShmCollArea::SlotHeader *h = a.own_header(t);
-  h->ticket = t;
   h->check = c.check();
   h->data_offset = offset;
   h->bytes = bytes;
   note_running_on(a);
+  // Readers wait on the header's published word: one line brings them the
+  // news, the header and a small ticket's data.
+  shm_store(&h->published, t + 1);
   shm_store(a.own(ShmCollArea::kPublished), t + 1);
   a.ring_all();
 }
@@ -177,12 +187,13 @@ Status published_data(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t 
                       const uint8_t **data) {
   const ShmCollArea::SlotHeader *h = a.header(r, t);
   // Read once: the peer's memory may change under a check.
-  const uint64_t ticket = h->ticket, check = h->check, offset = h->data_offset, n = h->bytes;
-  if (ticket != t)
+  const uint64_t published = shm_load(&h->published);
+  const uint64_t check = h->check, offset = h->data_offset, n = h->bytes;
+  if (published != t + 1)
     return error(
         NEXAR_ERR_PROTOCOL,
-        format("%s: rank %u's shared memory holds step %llu where %llu was published", c.what(), r,
-               static_cast<unsigned long long>(ticket), static_cast<unsigned long long>(t)),
+        format("%s: rank %u's shared memory holds step %lld where %llu was published", c.what(), r,
+               static_cast<long long>(published) - 1, static_cast<unsigned long long>(t)),
         static_cast<int32_t>(r));
   if (check != c.check() || n != bytes)
     return error(NEXAR_ERR_MISMATCH,
