@@ -22,7 +22,7 @@ mode rows (default): runs `BENCH_EXE ARGS --json J --csv C` and asserts that
   --plot, a python3 that imports matplotlib.
   With --report (the checker's own option, not passed on) it also runs
   nexar_bench_report.py, which scripts/bench.sh uses to rewrite
-  docs/benchmarks.md, on the rows and a page of its own: the marked section
+  docs/bench/results.md, on the rows and a page of its own: the marked section
   must be replaced, holding the command, the machine (CPU and its AES-GCM
   features) and one table per (ranks, op) with a line per row, and the text
   around it kept; a page without the markers must be refused and left as it

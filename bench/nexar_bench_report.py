@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rewrites the results section of docs/benchmarks.md from nexar-bench rows.
+"""Rewrites the results section of docs/bench/results.md from nexar-bench rows.
 
 usage: nexar_bench_report.py ROWS.json DOC.md --command "nexar-bench ..."
 

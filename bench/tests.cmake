@@ -9,7 +9,7 @@ endif()
 set(_check ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/check_bench_output.py
            $<TARGET_FILE:nexar-bench>)
 
-# Every op, nexar only, --json and --csv; and docs/benchmarks.md's report
+# Every op, nexar only, --json and --csv; and docs/bench/results.md's report
 # (scripts/bench.sh) made from those rows.
 add_test(NAME bench.every_op_rows_json_csv
          COMMAND ${_check} all --ranks 2 --sizes 8,4K --iters 5 --warmup 1 --timeout 120

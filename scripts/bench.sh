@@ -2,7 +2,7 @@
 # Runs the comparison of docs/benchmarks.md (nexar, its QUIC-only and
 # spinning variants, Open MPI over shared memory and TCP, Gloo; 2 and 4
 # ranks; every op) and rewrites
-# that page's results section, the JSON and the plot from this run. Installs
+# docs/bench/results.md, the JSON and the plot from this run. Installs
 # what is missing (build deps, the peers' packages, matplotlib) and builds
 # first. Environment: RANKS, SIZES, OPS, COMPARE override the defaults; extra
 # arguments go to nexar-bench (for example --iters 20 for a quicker, noisier
@@ -21,7 +21,7 @@ args=("$ops" --ranks "$ranks" --sizes "$sizes" --compare "$compare"
 status=0
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 build/bench/nexar-bench "${args[@]}" || status=$?
-python3 bench/nexar_bench_report.py docs/bench/latest.json docs/benchmarks.md \
+python3 bench/nexar_bench_report.py docs/bench/latest.json docs/bench/results.md \
   --command "nexar-bench ${args[*]}" \
   --note "Load average (1, 5, 15 min) when the run started: $load (other work on the machine makes the figures noisier)."
 exit "$status"
