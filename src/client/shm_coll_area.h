@@ -5,9 +5,9 @@
 // Layout of a member's area (each counter on a cache line of its own, written
 // only by the owner, read by every member):
 //
-//   line 0   published: tickets whose data this member put in its slot
-//                       (readers look at the slot's header instead, which
-//                       says it too: the data arrives with the news)
+//   line 0   unused: a ticket's publication is the published word of its
+//                       slot's header, so the data arrives with the news
+//                       (kPublished names that wait, not a line)
 //   line 1   reduced:   tickets whose slice this member reduced in its slot
 //   line 2   finished:  tickets this member is done reading from the others
 //   line 3   sleeping:  nonzero while a wait of this member on the others'

@@ -150,7 +150,6 @@ void announce(Coll &c, ShmCollArea &a, uint64_t t, uint64_t offset, uint64_t byt
   // Readers wait on the header's published word: one line brings them the
   // news, the header and a small ticket's data.
   shm_store(&h->published, t + 1);
-  shm_store(a.own(ShmCollArea::kPublished), t + 1);
   a.ring_all();
 }
 
