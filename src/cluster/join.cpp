@@ -255,13 +255,13 @@ void SeedClient::on_failure(std::function<void(const Status &)> fn) {
   });
 }
 
-void SeedClient::report_error(const Status &s) {
+void SeedClient::report_error(const Status &s, uint64_t world_id) {
   {
     std::lock_guard<std::mutex> g(mu_);
     delivered_ = false;
   }
   loop_.run_sync([&] {
-    send(wire::JoinError{s.code, s.failed_rank, s.message}, &delivered_listener_);
+    send(wire::JoinError{s.code, s.failed_rank, s.message, world_id}, &delivered_listener_);
   });
   wait_until(deadline_after(kReadyAckMs), [&] { return delivered_; });
 }
@@ -667,7 +667,7 @@ Status form_welcomed(const Config &cfg, const wire::Welcome &welcome, gnutls_x50
   if (s) s = mesh->wait();
   if (settled) seed.on_word(nullptr);
   if (!s) {
-    if (!settled || !seed.has_word()) seed.report_error(s);
+    if (!settled || !seed.has_word()) seed.report_error(s, settled ? t.cluster_id : 0);
     mesh.reset();
     rank_client->shutdown();
     return s;

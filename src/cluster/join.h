@@ -87,8 +87,9 @@ class SeedClient : public ConnectionHandler {
   Status agree_topology(const wire::TopologyDigest &mine, uint64_t deadline_ns);
   // From now on, failures the seed reports go to fn (on the client's thread).
   void on_failure(std::function<void(const Status &)> fn);
-  // Tells the seed that something went wrong on this side (best effort).
-  void report_error(const Status &s);
+  // Tells the seed that something went wrong on this side (best effort);
+  // world_id: the grown world whose mesh failed, if any.
+  void report_error(const Status &s, uint64_t world_id = 0);
   // Tells the seed this rank's mesh formed; waits (bounded) for delivery.
   void report_ready(uint32_t rank, uint64_t world_id);
   // Closes the connection and stops the thread (idempotent).

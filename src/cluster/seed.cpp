@@ -294,10 +294,7 @@ void Seed::on_control(QuicConnection *c, std::span<const uint8_t> message) {
         } else if constexpr (std::is_same_v<T, wire::JoinError>) {
           if (m->round != 0) {
             // A participant of a grow could not form the grown mesh.
-            if (Round *r = round_of(m))
-              fail_round(r, is_known_error(msg.status) ? msg.status : NEXAR_ERR_PROTOCOL, -1,
-                         format("%s could not form the grown mesh: %s", m->describe().c_str(),
-                                log::one_line(msg.reason).c_str()));
+            if (Round *r = round_of(m)) round_mesh_failed(r, m, msg);
             return;
           }
           if (m->state == Member::State::Welcomed) {

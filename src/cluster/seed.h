@@ -172,6 +172,8 @@ class Seed : public ConnectionHandler {
   void start_round(Round *r);
   void welcome_round(Round *r);
   void round_ready(Member *m, const wire::MeshReady &ready);
+  void round_mesh_failed(Round *r, Member *m, const wire::JoinError &report);
+  void drop_joiner(Round *r, Member *j);
   void fail_round(Round *r, nexar_status_t code, int32_t failed_rank, const std::string &reason);
   void end_round(Round *r);
   void elastic_closed(Member *m, Member::State prev, const std::string &why);

@@ -6,8 +6,8 @@
 // they use the grown world, so that no participant is left in a world that
 // failed to form. A member lost during a grow, also after others formed the
 // mesh, fails it at every member alike and sends the joiners back to wait; a
-// joiner lost before anyone formed the grown mesh is dropped and the others
-// are welcomed again without it (after: the grow fails, to be tried again).
+// joiner lost (its connection to the seed closed, or a participant reports it
+// unreachable) is dropped and the others are welcomed again without it.
 #include <gnutls/crypto.h>
 
 #include <algorithm>
@@ -171,6 +171,46 @@ void Seed::round_ready(Member *m, const wire::MeshReady &ready) {
   if (r->ready == r->members.size() + r->joiners.size()) end_round(r);
 }
 
+void Seed::round_mesh_failed(Round *r, Member *m, const wire::JoinError &report) {
+  if (report.world_id != 0 && report.world_id != r->new_world) {
+    // About an attempt already replaced (a lost joiner was dropped): this
+    // participant was welcomed again since.
+    LOG_DEBUG("%s reports a failure in world %016llx, not this grow's %016llx: ignored",
+              m->describe().c_str(), static_cast<unsigned long long>(report.world_id),
+              static_cast<unsigned long long>(r->new_world));
+    return;
+  }
+  const std::string why = log::one_line(report.reason);
+  // A joiner that a participant could not reach (it died, or its address
+  // does not answer) is left out: the others are welcomed again without it.
+  // Its own connection to the seed may take seconds more to time out.
+  const size_t n = r->members.size();
+  if (r->meshing && report.failed_rank >= 0 && static_cast<size_t>(report.failed_rank) >= n &&
+      static_cast<size_t>(report.failed_rank) < n + r->joiners.size()) {
+    Member *j = r->joiners[static_cast<size_t>(report.failed_rank) - n];
+    if (j != m) {
+      const std::string what = format(
+          "joiner %s (rank %d of the grown world) was lost during a grow, reported by "
+          "%s: %s",
+          j->describe().c_str(), report.failed_rank, m->describe().c_str(), why.c_str());
+      LOG_WARN("%s: not admitted", what.c_str());
+      refuse(j, NEXAR_ERR_PEER_FAILED, what);
+      return drop_joiner(r, j);
+    }
+  }
+  fail_round(r, is_known_error(report.status) ? report.status : NEXAR_ERR_PROTOCOL, -1,
+             format("%s could not form the grown mesh: %s", m->describe().c_str(), why.c_str()));
+}
+
+void Seed::drop_joiner(Round *r, Member *j) {
+  j->round = 0;
+  r->joiners.erase(std::find(r->joiners.begin(), r->joiners.end(), j));
+  // Welcome the others again without it, under a new world id: those that
+  // formed the grown mesh with it leave that world, and their reports of it
+  // still in flight are told apart by the id (round_ready, round_mesh_failed).
+  welcome_round(r);
+}
+
 void Seed::end_round(Round *r) {
   const uint32_t n = static_cast<uint32_t>(r->members.size() + r->joiners.size());
   for (Member *m : r->members) {
@@ -223,14 +263,9 @@ void Seed::elastic_closed(Member *m, Member::State prev, const std::string &why)
     LOG_INFO("a waiting joiner left: %s: %s", m->describe().c_str(), why.c_str());
     tell_pending();
   } else if (r && prev == Member::State::Growing) {
-    m->round = 0;
-    r->joiners.erase(std::find(r->joiners.begin(), r->joiners.end(), m));
     LOG_WARN("joiner %s was lost during a grow (%s): not admitted", m->describe().c_str(),
              why.c_str());
-    // Welcome the others again without it, under a new world id: those that
-    // formed the grown mesh with it leave that world, and their reports of it
-    // still in flight are told apart by the id (round_ready).
-    welcome_round(r);
+    drop_joiner(r, m);
   } else if (r) {
     m->round = 0;
     auto at = std::find(r->members.begin(), r->members.end(), m);

@@ -369,18 +369,23 @@ struct MeshReady {
 
 // Either direction: the join failed (a refusal, a worker that could not
 // verify the seed, a formation that failed). status is a nexar_status_t.
+// world_id names the grown world whose mesh failed (0: not about a grown
+// world), so that an elastic seed tells a late report of an attempt it
+// already replaced from one about the current attempt.
 struct JoinError {
   static constexpr uint8_t kType = 0x25;
   static constexpr std::string_view kName = "JoinError";
   int32_t status = 0;
   int32_t failed_rank = -1;
   std::string reason;
+  uint64_t world_id = 0;
 
   template <class M, class F>
   static void fields(M &m, F &&f) {
     f("status", m.status);
     f("failed_rank", m.failed_rank);
     f("reason", m.reason);
+    f("world_id", m.world_id);
   }
   bool operator==(const JoinError &) const = default;
 };

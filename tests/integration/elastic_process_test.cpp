@@ -9,6 +9,8 @@
 //   uses the grown world, every member's grow fails naming it, the joiner
 //   waits again and the next grow admits it;
 // - a joiner killed during a grow is not admitted, the grow completes;
+// - a joiner another participant cannot reach is not admitted, the grow
+//   completes without it;
 // - the seed gone: grow fails with a clear error, the world goes on;
 // - nexar-run --elastic with the example (examples/elastic_training.c): a
 //   rank killed with SIGKILL is replaced, the world shrinks and grows back
@@ -21,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "loopback_udp.h"
 #include "seed_and_workers.h"
 
 using namespace cluster_test;
@@ -43,7 +46,8 @@ struct ElasticJob {
   }
   // rank >= 0: a member of the world being formed; -1: a joiner.
   Proc &start(const std::string &name, const std::string &steps, int rank,
-              const std::string &token = kToken, const char *bin = NEXAR_ELASTIC_WORKER_BIN) {
+              const std::string &token = kToken, const char *bin = NEXAR_ELASTIC_WORKER_BIN,
+              const Proc::Env &extra_env = {}) {
     Proc::Env env{{"NEXAR_SEED", addr},
                   {"NEXAR_CLUSTER_TOKEN", token},
                   {"NEXAR_ELASTIC", "1"},
@@ -51,6 +55,8 @@ struct ElasticJob {
                   {"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
                   {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}};
     if (rank >= 0) env["NEXAR_RANK"] = std::to_string(rank);
+    for (const auto &[k, v] : extra_env)
+      env[k] = v;
     procs.push_back(std::make_unique<Proc>(dir, name, std::vector<std::string>{bin, steps}, env));
     all.push_back(procs.back().get());
     return *procs.back();
@@ -177,8 +183,9 @@ TEST(ElasticProcesses, MemberLostAfterOthersFormedTheGrownMeshLeavesNoHalfFormed
 }
 
 // Two members wait for two joiners, then grow by both once "go" exists:
-// start_doomed starts the first joiner, which the test makes fail; the
-// members and the other joiner must end in a world of 3.
+// start_doomed starts the first joiner (rank 2 of the grown world: the seed
+// has it waiting before the other joiner starts), which the test makes fail;
+// the members and the other joiner must end in a world of 3.
 void grow_without_the_doomed_joiner(ElasticJob &job, const std::function<Proc &()> &start_doomed,
                                     const std::function<void(Proc &)> &before_go) {
   const std::string member = "check,pending:2,waitfile:" + (job.dir / "go") + ",grow:2,check";
@@ -186,6 +193,7 @@ void grow_without_the_doomed_joiner(ElasticJob &job, const std::function<Proc &(
   Proc &m1 = job.start("m1", member, 1);
   ASSERT_TRUE(m0.wait_output("CHECK rank=0 size=2", 60)) << dump_all(job.all);
   Proc &doomed = start_doomed();
+  ASSERT_TRUE(job.seed->wait_output("(1 waiting)", 60)) << dump_all(job.all);
   Proc &j = job.start("j", "check", -1);
   ASSERT_TRUE(m0.wait_output("PENDING rank=0 count=2", 60)) << dump_all(job.all);
   ASSERT_TRUE(m1.wait_output("PENDING rank=1 count=2", 60)) << dump_all(job.all);
@@ -228,6 +236,37 @@ TEST(ElasticProcesses, JoinerLostAfterTheGrownMeshFormedIsNotAdmitted) {
   // It formed the grown mesh and died before reporting it.
   EXPECT_TRUE(contains(doomed->out(), "PROBE_DYING_FORMED")) << doomed->dump();
   EXPECT_TRUE(contains(job.seed->err(), "was lost during a grow")) << job.seed->dump();
+  EXPECT_TRUE(contains(job.seed->out(), "took in 1 joiner(s), now 3 ranks")) << job.seed->dump();
+}
+
+// The first joiner advertises an address where nothing answers (a bound
+// socket nobody reads): it dials the members itself, but the second joiner,
+// a higher rank, cannot reach it. The seed hears that from the second
+// joiner, before the joiner's own link to the seed says anything: it refuses
+// that joiner and welcomes the others again without it.
+TEST(ElasticProcesses, JoinerNoParticipantCanReachIsLeftOutAndTheGrowCompletes) {
+  ElasticJob job(2);
+  uint16_t hole = 0;
+  const int hole_fd = nexar_test::bound_udp_socket(0, &hole);
+  ASSERT_GE(hole_fd, 0);
+  Proc *doomed = nullptr;
+  grow_without_the_doomed_joiner(
+      job,
+      [&]() -> Proc & {
+        Proc &p = job.start("doomed", "check", -1, kToken, NEXAR_ELASTIC_WORKER_BIN,
+                            {{"NEXAR_ADVERTISE_ADDR", "127.0.0.1:" + std::to_string(hole)}});
+        doomed = &p;
+        return p;
+      },
+      [](Proc &) {});
+  close(hole_fd);
+  ASSERT_TRUE(doomed->wait(90)) << dump_all(job.all);
+  EXPECT_EQ(doomed->code(), 3) << doomed->dump();
+  EXPECT_TRUE(contains(doomed->out(), "JOIN_FAILED status=-5")) << doomed->dump();
+  EXPECT_TRUE(contains(job.seed->err(),
+                       "(rank 2 of the grown world) was lost during a grow, "
+                       "reported by"))
+      << job.seed->dump();
   EXPECT_TRUE(contains(job.seed->out(), "took in 1 joiner(s), now 3 ranks")) << job.seed->dump();
 }
 
