@@ -236,6 +236,9 @@ void Client::connection_closed(QuicConnection *c, const Status &why) {
     if (s.failed_rank < 0) s.failed_rank = static_cast<int32_t>(r);
     const bool was_ready = p.detach();
     if (shut_down_) continue;
+    if (!was_ready && c->is_client() && c->refused_other_world() != 0 && formation_ &&
+        formation_->redial_in_other_world(r))
+      continue;
     // Declared failed here: its same-host channel says so too, or a frozen
     // peer would read the goodbye of this rank's exit as this rank leaving.
     if (c->closed_as_failed_here()) shm_->cut_off(r, s);

@@ -35,6 +35,10 @@ class FormationObserver {
  public:
   virtual ~FormationObserver() = default;
   virtual void on_peers_changed() = 0;
+  // A neighbour this rank dialed presented a certificate of another world.
+  // True: the observer dials it again, and its loss is no formation failure
+  // (in a grow, the peer may still run the attempt the seed replaced).
+  virtual bool redial_in_other_world(uint32_t) { return false; }
 };
 
 class Client {

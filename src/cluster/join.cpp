@@ -650,7 +650,7 @@ Status form_welcomed(const Config &cfg, const wire::Welcome &welcome, gnutls_x50
       return s;
     }
   }
-  auto mesh = std::make_shared<MeshFormation>(rank_client);
+  auto mesh = std::make_shared<MeshFormation>(rank_client, settled);
   std::weak_ptr<MeshFormation> weak = mesh;
   if (settled) {
     // Any news from the seed (a new welcome, an error) ends this attempt.

@@ -18,8 +18,11 @@ std::shared_ptr<Client> make_client(Client::Identity id, Config cfg,
 
 class MeshFormation : public FormationObserver {
  public:
-  // The client must be started (its loop running).
-  explicit MeshFormation(std::shared_ptr<Client> client);
+  // The client must be started (its loop running). redial_other_worlds: a
+  // grow's attempt, where a peer may still run the attempt the seed
+  // replaced: a dialed peer that answers with another world's certificate
+  // is dialed again (every 50 ms) until the wait's deadline.
+  explicit MeshFormation(std::shared_ptr<Client> client, bool redial_other_worlds = false);
   ~MeshFormation() override;
   MeshFormation(const MeshFormation &) = delete;
   MeshFormation &operator=(const MeshFormation &) = delete;
@@ -34,13 +37,17 @@ class MeshFormation : public FormationObserver {
 
   // FormationObserver (loop thread)
   void on_peers_changed() override;
+  bool redial_in_other_world(uint32_t rank) override;
 
  private:
   std::shared_ptr<Client> client_;
+  const bool redial_other_worlds_;
+  std::vector<SocketAddress> peer_addrs_;
   std::mutex mu_;
   std::condition_variable cv_;
   size_t ready_ = 0;
   Status error_;
+  std::vector<uint32_t> redials_;  // ranks to dial again
 };
 
 }  // namespace nexar

@@ -249,9 +249,11 @@ int QuicConnection::cb_handshake_completed(ngtcp2_conn *, void *ud) {
   }
   NodeIdentity peer;
   Status s = peer_identity(self->session_, &peer);
-  if (s && peer.cluster_id != self->ep_->cluster_id())
+  if (s && peer.cluster_id != self->ep_->cluster_id()) {
+    self->refused_other_world_ = peer.cluster_id;
     s = error(NEXAR_ERR_AUTH, format("peer certificate belongs to another cluster (%016llx)",
                                      static_cast<unsigned long long>(peer.cluster_id)));
+  }
   if (s && self->is_client_ && peer.rank != self->expected_peer_rank_)
     s = error(NEXAR_ERR_AUTH,
               format("peer at %s presented a certificate for rank %u, expected %u",

@@ -155,6 +155,10 @@ class QuicConnection {
   Status export_keying_material(std::string_view label, uint8_t *out, size_t len) const;
 
   uint32_t expected_peer_rank() const { return expected_peer_rank_; }
+  bool is_client() const { return is_client_; }
+  // This side refused the peer's certificate for naming another world (its
+  // cluster id; 0: no such refusal).
+  uint64_t refused_other_world() const { return refused_other_world_; }
   const SocketAddress &remote() const { return remote_; }
   uint64_t queued_bytes() const { return lanes_.queued_bytes(); }
   ngtcp2_conn *raw() const { return conn_; }
@@ -213,6 +217,7 @@ class QuicConnection {
   QuicEndpoint *ep_;
   ConnectionHandler *handler_;
   bool is_client_;
+  uint64_t refused_other_world_ = 0;
   uint32_t expected_peer_rank_;
   SocketAddress remote_;
   ngtcp2_conn *conn_ = nullptr;

@@ -13,7 +13,9 @@
  *   hang         sleep until killed
  *   muteseed     from the next grow's Welcome on, nothing this process sends
  *                reaches the seed (nexar-elastic-worker-seed-mute only:
- *                seed_mute.c)
+ *                seed_link_faults.c)
+ *   slowseed     in the next grow, a second Welcome reaches this process
+ *                1.5 s late (the same binary only)
  * Every wait is bounded (60 s). Prints one line per step; exits 0 when every
  * step passed. */
 #include <nexar.h>
@@ -24,8 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Defined by seed_mute.c in nexar-elastic-worker-seed-mute only. */
+/* Defined by seed_link_faults.c in nexar-elastic-worker-seed-mute only. */
 __attribute__((weak)) void elastic_test_arm_seed_mute(void);
+__attribute__((weak)) void elastic_test_arm_seed_slow(void);
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -132,6 +135,10 @@ int main(int argc, char **argv) {
       ok = elastic_test_arm_seed_mute != NULL;
       if (ok) elastic_test_arm_seed_mute();
       printf("%s rank=%u\n", ok ? "MUTED" : "NO_MUTE_IN_THIS_BUILD", nexar_comm_rank(comm));
+    } else if (!strcmp(step, "slowseed")) {
+      ok = elastic_test_arm_seed_slow != NULL;
+      if (ok) elastic_test_arm_seed_slow();
+      printf("%s rank=%u\n", ok ? "SLOWED" : "NO_SLOW_IN_THIS_BUILD", nexar_comm_rank(comm));
     } else if (!strcmp(step, "hang")) {
       printf("HANGING rank=%u\n", nexar_comm_rank(comm));
       for (int i = 0; i < 600; ++i)

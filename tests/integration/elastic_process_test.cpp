@@ -186,11 +186,16 @@ TEST(ElasticProcesses, MemberLostAfterOthersFormedTheGrownMeshLeavesNoHalfFormed
 // start_doomed starts the first joiner (rank 2 of the grown world: the seed
 // has it waiting before the other joiner starts), which the test makes fail;
 // the members and the other joiner must end in a world of 3.
+// slow_member: rank 1 gets the seed's second Welcome 1.5 s late.
 void grow_without_the_doomed_joiner(ElasticJob &job, const std::function<Proc &()> &start_doomed,
-                                    const std::function<void(Proc &)> &before_go) {
-  const std::string member = "check,pending:2,waitfile:" + (job.dir / "go") + ",grow:2,check";
+                                    const std::function<void(Proc &)> &before_go,
+                                    bool slow_member = false) {
+  const std::string wait_go = "check,pending:2,waitfile:" + (job.dir / "go");
+  const std::string member = wait_go + ",grow:2,check";
   Proc &m0 = job.start("m0", member, 0);
-  Proc &m1 = job.start("m1", member, 1);
+  Proc &m1 = slow_member ? job.start("m1", wait_go + ",slowseed,grow:2,check", 1, kToken,
+                                     NEXAR_ELASTIC_WORKER_SEED_MUTE_BIN)
+                         : job.start("m1", member, 1);
   ASSERT_TRUE(m0.wait_output("CHECK rank=0 size=2", 60)) << dump_all(job.all);
   Proc &doomed = start_doomed();
   ASSERT_TRUE(job.seed->wait_output("(1 waiting)", 60)) << dump_all(job.all);
@@ -244,7 +249,7 @@ TEST(ElasticProcesses, JoinerLostAfterTheGrownMeshFormedIsNotAdmitted) {
 // a higher rank, cannot reach it. The seed hears that from the second
 // joiner, before the joiner's own link to the seed says anything: it refuses
 // that joiner and welcomes the others again without it.
-TEST(ElasticProcesses, JoinerNoParticipantCanReachIsLeftOutAndTheGrowCompletes) {
+void leave_out_an_unreachable_joiner(bool slow_member) {
   ElasticJob job(2);
   uint16_t hole = 0;
   const int hole_fd = nexar_test::bound_udp_socket(0, &hole);
@@ -258,7 +263,7 @@ TEST(ElasticProcesses, JoinerNoParticipantCanReachIsLeftOutAndTheGrowCompletes) 
         doomed = &p;
         return p;
       },
-      [](Proc &) {});
+      [](Proc &) {}, slow_member);
   close(hole_fd);
   ASSERT_TRUE(doomed->wait(90)) << dump_all(job.all);
   EXPECT_EQ(doomed->code(), 3) << doomed->dump();
@@ -268,6 +273,17 @@ TEST(ElasticProcesses, JoinerNoParticipantCanReachIsLeftOutAndTheGrowCompletes) 
                        "reported by"))
       << job.seed->dump();
   EXPECT_TRUE(contains(job.seed->out(), "took in 1 joiner(s), now 3 ranks")) << job.seed->dump();
+}
+
+TEST(ElasticProcesses, JoinerNoParticipantCanReachIsLeftOutAndTheGrowCompletes) {
+  leave_out_an_unreachable_joiner(false);
+}
+
+// The same, but rank 1 hears of the second attempt 1.5 s late: meanwhile
+// it still answers the other joiner's dial with the first attempt's
+// certificate. The joiner dials it again until it has left that attempt.
+TEST(ElasticProcesses, MemberStillInTheReplacedAttemptIsDialedAgain) {
+  leave_out_an_unreachable_joiner(true);
 }
 
 TEST(ElasticProcesses, SeedGoneGrowFailsClearlyAndTheWorldGoesOn) {
