@@ -97,8 +97,8 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
   const std::string op_name = name;
   // A collective's number is taken only once the call is accepted, and the
   // command is queued under the same lock so numbers reach the loop in order.
-  bool posted;
-  {
+  auto post_command = [&]() -> bool {
+    bool posted;
     std::unique_lock<std::mutex> numbering(coll_mu_, std::defer_lock);
     uint64_t coll_seq = 0;
     if (collective) {
@@ -127,21 +127,29 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
         /*wake=*/!slot);
     if (!posted && collective) next_coll_seq_ -= coll_numbers;
     if (!posted) fr::ended(flight_, trace, 0, NEXAR_ERR_CLOSED);
-  }
+    return posted;
+  };
+  // A blocking caller would only sleep while the loop thread wakes up to run
+  // its command: run it here if that thread is asleep, and then receive the
+  // reply here too. It uses the loop until it returns, so the operation
+  // counts as outstanding until then (close() waits for it before the
+  // engine can go); nothing of this communicator is touched after. A
+  // blocking collective on shared memory runs here also beside a spinning
+  // loop thread (CallerRun::post_and_run_here).
+  const std::shared_ptr<OpTracker> tracker = tracker_;
+  const bool on_shm = slot && collective && shm_coll_.on_hint.load(std::memory_order_relaxed);
+  Status result;
+  const bool posted = on_shm ? client_->loop().post_and_run_here(post_command, *slot,
+                                                                 client_->config().spin_us, &result)
+                             : post_command();
   if (!posted) {
     tracker_->done();
     return error(NEXAR_ERR_CLOSED, format("%s: the engine has stopped", name));
   }
   if (!slot) return {};
-  // A blocking caller would only sleep while the loop thread wakes up to run
-  // its command: run it here if that thread is asleep, and then receive the
-  // reply here too. It uses the loop until it returns, so the operation
-  // counts as outstanding until then (close() waits for it before the
-  // engine can go); nothing of this communicator is touched after.
-  const std::shared_ptr<OpTracker> tracker = tracker_;
-  Status s = client_->loop().run_here_and_wait(*slot, client_->config().spin_us);
+  if (!on_shm) result = client_->loop().run_here_and_wait(*slot, client_->config().spin_us);
   tracker->done();
-  return s;
+  return result;
 }
 
 OpContext *Communicator::add_op(uint64_t seq, const std::string &name, uint64_t coll_seq,

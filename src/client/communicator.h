@@ -68,6 +68,9 @@ class Communicator {
     std::set<uint64_t> abandoned;         // turns given up while waiting
     uint64_t waiting_seq = 0;             // the collective waiting on a member, and whom
     int32_t waiting_on = -1;
+    // state == On, for any thread: a blocking collective's caller then runs
+    // it even beside a spinning loop thread (communicator.cpp).
+    std::atomic<bool> on_hint{false};
   };
   ShmColl &shm_coll() { return shm_coll_; }
   // Loop thread only: its groups for collectives across hosts.

@@ -247,6 +247,7 @@ Task<Status> decide(Coll &c, Communicator::ShmColl &sc) {
     on = r == me || (theirs[r].magic == kSetupMagic && theirs[r].ok == 1 &&
                      area->attach(r, comm.world_rank_of(r), theirs[r].offset));
   sc.state = on ? State::On : State::Off;
+  sc.on_hint.store(on, std::memory_order_relaxed);
   if (on) sc.area = std::move(area);
   LOG_DEBUG("communicator %llx rank %u: collectives %s shared memory",
             static_cast<unsigned long long>(comm.comm_id()), me, on ? "on" : "not on");
@@ -291,6 +292,7 @@ Status after_body(Coll &c, Status s) {
   if (s.code == NEXAR_ERR_MISMATCH || c.op()->status().code == NEXAR_ERR_MISMATCH) {
     Communicator::ShmColl &sc = c.comm()->shm_coll();
     sc.state = State::Unknown;
+    sc.on_hint.store(false, std::memory_order_relaxed);
     sc.area.reset();
   }
   return s;

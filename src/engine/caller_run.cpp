@@ -27,7 +27,33 @@ CallerRun::CallerRun(EventLoop &loop) : loop_(loop) {
 Status CallerRun::run_here_and_wait(BlockingSlot &slot, uint32_t spin_us) {
   int fd = -1, doorbell = -1;
   uint64_t due = UINT64_MAX;
-  if (!run_here(slot, &fd, &doorbell, &due)) return slot.wait(spin_us);
+  const bool here = run_here(slot, &fd, &doorbell, &due);
+  return wait_after(here, slot, spin_us, fd, doorbell, due);
+}
+
+bool CallerRun::post_and_run_here(const std::function<bool()> &post, BlockingSlot &slot,
+                                  uint32_t spin_us, Status *result) {
+  if (!loop_.spin_ns_) {
+    if (!post()) return false;
+    *result = run_here_and_wait(slot, spin_us);
+    return true;
+  }
+  // Taken before the command is queued: else the spinning loop thread would
+  // pick it up on its next pass.
+  std::unique_lock<std::mutex> side(loop_.loop_mu_, std::defer_lock);
+  const bool taken = wake_timer_.valid() && take_sleeping_loop(side);
+  if (!post()) return false;
+  int fd = -1, doorbell = -1;
+  uint64_t due = UINT64_MAX;
+  const bool here = taken && drain_here(side, slot, &fd, &doorbell, &due);
+  if (!taken) loop_.wake_unless_spinning();
+  *result = wait_after(here, slot, spin_us, fd, doorbell, due);
+  return true;
+}
+
+Status CallerRun::wait_after(bool ran_here, BlockingSlot &slot, uint32_t spin_us, int fd,
+                             int doorbell, uint64_t due) {
+  if (!ran_here) return slot.wait(spin_us);
   if (fd < 0) return slot.wait(0);
   return wait_on_socket(slot, fd, doorbell, due);
 }
@@ -41,6 +67,11 @@ bool CallerRun::run_here(BlockingSlot &slot, int *lend_fd, int *doorbell, uint64
     return false;
   }
   std::unique_lock<std::mutex> side(loop_.loop_mu_, std::adopt_lock);
+  return drain_here(side, slot, lend_fd, doorbell, due);
+}
+
+bool CallerRun::drain_here(std::unique_lock<std::mutex> &side, BlockingSlot &slot, int *lend_fd,
+                           int *doorbell, uint64_t *due) {
   // Not started, or stopped: the loop thread must see the queue itself.
   if (!loop_.in_poll_) {
     side.unlock();

@@ -49,6 +49,14 @@ class CallerRun {
   // first) when the loop thread was awake, and on the slot alone when
   // another caller has the socket or none is watched.
   Status run_here_and_wait(BlockingSlot &slot, uint32_t spin_us);
+  // The same for a call that gains nothing from a spinning loop thread
+  // (NEXAR_SPIN_US) and loses from it: a collective on shared memory, where a
+  // spinning loop thread and a polling caller, two busy threads per rank,
+  // crowd each other out of the cores. Takes the loop first, asking a
+  // spinning loop thread to sleep, then has post queue the command (with
+  // wake == false) and runs it here. False if post queued nothing.
+  bool post_and_run_here(const std::function<bool()> &post, BlockingSlot &slot, uint32_t spin_us,
+                         Status *result);
 
   // For a blocking caller that posted nothing: runs work on the loop's side
   // on this thread if the loop thread sleeps in epoll (a spinning loop
@@ -87,6 +95,12 @@ class CallerRun {
   // *lend_fd is the socket and *due the earliest timer armed here, which the
   // caller fires itself, else the wake timer is armed.
   bool run_here(BlockingSlot &slot, int *lend_fd, int *doorbell, uint64_t *due);
+  // run_here's second half, with loop_mu_ held (side): false, with side
+  // unlocked and the loop thread woken, if the loop is not running.
+  bool drain_here(std::unique_lock<std::mutex> &side, BlockingSlot &slot, int *lend_fd,
+                  int *doorbell, uint64_t *due);
+  Status wait_after(bool ran_here, BlockingSlot &slot, uint32_t spin_us, int fd, int doorbell,
+                    uint64_t due);
   // With loop_mu_ held (side) while the loop thread sleeps in epoll: runs
   // work (which returns the slot it leaves pending, or null) and what it made
   // ready, then borrows the socket if that slot is pending (*lend_fd, else

@@ -79,6 +79,15 @@ TEST(SpinPolling, BlockingCollectivesAndMessagesAcrossSpinAndSleep) {
       const int32_t expect = static_cast<int32_t>(n) * i + 3;  // 0 + 1 + 2
       for (int32_t x : v)
         ASSERT_EQ(x, expect) << "iteration " << i << " on rank " << r;
+      // 256 KiB: past the one-ticket size, so the caller posts it and takes
+      // the spinning loop (CallerRun::post_and_run_here).
+      if (i % 10 == 0) {
+        std::vector<int32_t> big(65536, i + static_cast<int32_t>(r));
+        NX_OK(nexar_allreduce(w[r], big.data(), big.data(), big.size(), NEXAR_DTYPE_I32,
+                              NEXAR_OP_SUM, nullptr, nullptr));
+        ASSERT_EQ(std::count(big.begin(), big.end(), expect), static_cast<long>(big.size()))
+            << "iteration " << i << " on rank " << r;
+      }
       // A ring exchange: rank r sends to r+1 and receives from r-1.
       const uint64_t out = (uint64_t{r} << 32) | static_cast<uint32_t>(i);
       uint64_t in = 0;

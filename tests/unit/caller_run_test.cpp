@@ -146,6 +146,46 @@ TEST(CallerRun, BusyLoopThreadRunsTheCommandItself) {
   EXPECT_NE(ran_on, std::this_thread::get_id());
 }
 
+// NEXAR_SPIN_US: a spinning loop thread picks a command up itself, unless
+// the caller takes the loop (a collective on shared memory): it asks the
+// loop thread to sleep and runs the command here.
+TEST(CallerRun, SpinningLoopThreadSleepsForACallerThatTakesIt) {
+  EventLoop loop(0);
+  loop.set_spin_us(10'000'000);
+  loop.start();
+  const std::thread::id me = std::this_thread::get_id();
+  auto run = [&](bool take_spinning) {
+    // Activity first: the loop thread spins from here on.
+    std::atomic<bool> woke{false};
+    EXPECT_TRUE(loop.post([&] { woke.store(true); }));
+    while (!woke.load())
+      std::this_thread::yield();
+    std::thread::id ran_on;
+    BlockingSlot slot;
+    auto post = [&] {
+      return loop.post(
+          [&] {
+            ran_on = std::this_thread::get_id();
+            slot.complete(Status());
+          },
+          false);
+    };
+    Watchdog dog("a command beside a spinning loop thread", 10);
+    Status result;
+    if (take_spinning) {
+      EXPECT_TRUE(loop.post_and_run_here(post, slot, 0, &result));
+    } else {
+      EXPECT_TRUE(post());
+      result = loop.run_here_and_wait(slot, 0);
+    }
+    EXPECT_TRUE(result.ok());
+    return ran_on;
+  };
+  EXPECT_NE(run(false), me);
+  EXPECT_EQ(run(true), me);
+  EXPECT_NE(run(false), me);
+}
+
 // The loop thread went to sleep with no timer, and no socket is watched, so
 // the caller sleeps on its slot. A command run here arms a timer; the wake
 // timer wakes the loop thread by its deadline, which then fires it. Without
