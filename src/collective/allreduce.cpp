@@ -392,7 +392,7 @@ Task<Status> allreduce(Coll &c) {
     co_return Status();
   }
   if (v.count == 0) co_return Status();
-  const ForcedChoice &forced = c.config().allreduce_algo;
+  const ForcedChoice &forced = *forced_choice(c.config(), CollKind::Allreduce);
   if (!forced.valid())
     co_return error(NEXAR_ERR_INVALID_ARGUMENT, format("%s: %s", c.what(), forced.problem.c_str()));
   Algo algo = static_cast<Algo>(forced.index);

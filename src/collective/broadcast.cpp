@@ -181,7 +181,7 @@ Task<Status> broadcast(Coll &c) {
   const uint32_t n = c.size();
   const uint64_t bytes = uint64_t{c.args().count} * c.esize();
   if (n == 1 || bytes == 0) co_return Status();
-  const ForcedChoice &forced = c.config().broadcast_algo;
+  const ForcedChoice &forced = *forced_choice(c.config(), CollKind::Broadcast);
   if (!forced.valid())
     co_return error(NEXAR_ERR_INVALID_ARGUMENT, format("%s: %s", c.what(), forced.problem.c_str()));
   Algo algo = static_cast<Algo>(forced.index);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iterator>
 
+#include "collective/coll.h"
 #include "collective/schedule.h"
 #include "core/log.h"
 
@@ -29,6 +30,12 @@ ForcedChoice read_forced_allreduce() {
 ForcedChoice read_forced_broadcast() {
   return read_forced_choice("NEXAR_BROADCAST_ALGO", kBroadcastAlgoNames,
                             static_cast<int>(std::size(kBroadcastAlgoNames)), "broadcast");
+}
+
+const ForcedChoice *forced_choice(const Config &cfg, CollKind kind) {
+  if (kind == CollKind::Allreduce) return &cfg.allreduce_algo;
+  if (kind == CollKind::Broadcast) return &cfg.broadcast_algo;
+  return nullptr;
 }
 
 }  // namespace nexar

@@ -5,6 +5,8 @@
 // ranks must run with the same setting).
 #pragma once
 
+#include <cstdint>
+
 #include "core/config.h"
 
 namespace nexar {
@@ -25,5 +27,18 @@ ForcedChoice read_forced_choice(const char *var, const char *const *names, int n
 // Each collective's choice, from its environment variable.
 ForcedChoice read_forced_allreduce();
 ForcedChoice read_forced_broadcast();
+
+enum class CollKind : uint8_t;
+
+// The choice cfg holds for kind (allreduce, broadcast); null for the others.
+const ForcedChoice *forced_choice(const Config &cfg, CollKind kind);
+
+// Whether cfg forces kind off its automatic choice (an algorithm, or a value
+// that names none): then it never runs on shared memory, which only the
+// automatic choice takes.
+inline bool forces_algorithm(const Config &cfg, CollKind kind) {
+  const ForcedChoice *f = forced_choice(cfg, kind);
+  return f && f->index != 0;
+}
 
 }  // namespace nexar

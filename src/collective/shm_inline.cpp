@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "client/shm_host.h"
+#include "collective/forced_choice.h"
 #include "collective/shm_coll_steps.h"
 #include "collective/shm_one_ticket.h"
 
@@ -22,14 +23,6 @@ Task<Status> go_on(Coll &c, std::shared_ptr<Rest> rest) {
   Status s = co_await shm_coll::wait_for(c, a, rest->need);
   if (s) s = co_await run_one_ticket(c, a, rest->steps);
   co_return shm_coll::after_body(c, std::move(s));
-}
-
-// An algorithm forced by the configuration (NEXAR_ALLREDUCE_ALGO,
-// NEXAR_BROADCAST_ALGO) runs over messages, as the usual path runs it.
-bool forced_elsewhere(const Communicator &comm, CollKind kind) {
-  if (kind == CollKind::Allreduce) return comm.config().allreduce_algo.index != 0;
-  if (kind == CollKind::Broadcast) return comm.config().broadcast_algo.index != 0;
-  return false;
 }
 
 // On the loop's side, the collective's operation on the stack.
@@ -67,7 +60,9 @@ bool run_here(Communicator &comm, CollKind kind, const CollArgs &g, OpContext &o
 
 bool shm_run_inline(Communicator &comm, const char *name, CollKind kind, const CollArgs &args,
                     Status *status, uint64_t *seq) {
-  if (!ShmOneTicket::fits(kind, args, comm.size()) || forced_elsewhere(comm, kind)) return false;
+  // A forced algorithm runs over messages, as the usual path runs it.
+  if (!ShmOneTicket::fits(kind, args, comm.size()) || forces_algorithm(comm.config(), kind))
+    return false;
   struct Call {
     Communicator &comm;
     CollKind kind;
