@@ -46,7 +46,7 @@ __attribute__((constructor)) static void find_real_calls(void) {
   real_recvmmsg = (int (*)(int, struct mmsghdr *, unsigned int, int, struct timespec *))dlsym(
       RTLD_NEXT, "recvmmsg");
   if (!real_sendmsg || !real_recvmmsg) {
-    fprintf(stderr, "seed_mute: the real sendmsg or recvmmsg was not found\n");
+    fprintf(stderr, "seed_link_faults: the real sendmsg or recvmmsg was not found\n");
     abort();
   }
 }
@@ -63,7 +63,7 @@ static void find_seed(void) {
   unsigned port = 0;
   if (!seed || sscanf(seed, "%63[0-9.]:%u", host, &port) != 2 ||
       inet_pton(AF_INET, host, &seed_addr.sin_addr) != 1) {
-    fprintf(stderr, "seed_mute: NEXAR_SEED=%s is not an IPv4 ip:port\n", seed ? seed : "");
+    fprintf(stderr, "seed_link_faults: NEXAR_SEED=%s is not an IPv4 ip:port\n", seed ? seed : "");
     abort();
   }
   seed_addr.sin_family = AF_INET;

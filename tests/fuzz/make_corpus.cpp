@@ -111,7 +111,7 @@ int control_and_join() {
       {"join_admitted", wire::JoinAdmitted{2, 4}},
       {"welcome", wire::Welcome{1, 2, 77, ca_pem, cert_pem, {"127.0.0.1:3999", "127.0.0.1:4000"}}},
       {"mesh_ready", wire::MeshReady{1, 0x1234abcdULL}},
-      {"join_error", wire::JoinError{-5, 2, "rank 2 is gone\nforged line"}},
+      {"join_error", wire::JoinError{-5, 2, "rank 2 is gone\nforged line", 0x5eed5eedULL}},
       {"shm_offer", wire::ShmOffer{1, "boot/4026531840/1000", 4242, "nexar-shm-00ff"}},
   };
   for (const auto &[name, m] : msgs) {
