@@ -53,7 +53,8 @@ class QuicConnection;
 
 namespace join {
 
-inline constexpr uint16_t kProtocolVersion = 2;
+// 3: JoinError names the grown world whose mesh failed.
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr std::string_view kExporterLabel = "EXPORTER-nexar-join";
 inline constexpr size_t kSecretLen = 32;
 inline constexpr size_t kProofLen = 32;
