@@ -135,20 +135,19 @@ Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, 
   // counts as outstanding until then (close() waits for it before the
   // engine can go); nothing of this communicator is touched after. A
   // blocking collective on shared memory runs here also beside a spinning
-  // loop thread (CallerRun::post_and_run_here).
+  // loop thread (CallerRun::post_and_wait).
   const std::shared_ptr<OpTracker> tracker = tracker_;
-  const bool on_shm = slot && collective && shm_coll_.on_hint.load(std::memory_order_relaxed);
   Status result;
-  const bool posted = on_shm ? client_->loop().post_and_run_here(post_command, *slot,
-                                                                 client_->config().spin_us, &result)
-                             : post_command();
+  const bool posted =
+      slot ? client_->loop().post_and_wait(
+                 post_command, *slot, client_->config().spin_us,
+                 collective && shm_coll_.on_hint.load(std::memory_order_relaxed), &result)
+           : post_command();
   if (!posted) {
-    tracker_->done();
+    tracker->done();
     return error(NEXAR_ERR_CLOSED, format("%s: the engine has stopped", name));
   }
-  if (!slot) return {};
-  if (!on_shm) result = client_->loop().run_here_and_wait(*slot, client_->config().spin_us);
-  tracker->done();
+  if (slot) tracker->done();
   return result;
 }
 

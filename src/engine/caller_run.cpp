@@ -31,9 +31,9 @@ Status CallerRun::run_here_and_wait(BlockingSlot &slot, uint32_t spin_us) {
   return wait_after(here, slot, spin_us, fd, doorbell, due);
 }
 
-bool CallerRun::post_and_run_here(const std::function<bool()> &post, BlockingSlot &slot,
-                                  uint32_t spin_us, Status *result) {
-  if (!loop_.spin_ns_) {
+bool CallerRun::post_and_wait(const std::function<bool()> &post, BlockingSlot &slot,
+                              uint32_t spin_us, bool take_spinning, Status *result) {
+  if (!loop_.spin_ns_ || !take_spinning) {
     if (!post()) return false;
     *result = run_here_and_wait(slot, spin_us);
     return true;

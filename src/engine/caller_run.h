@@ -49,14 +49,16 @@ class CallerRun {
   // first) when the loop thread was awake, and on the slot alone when
   // another caller has the socket or none is watched.
   Status run_here_and_wait(BlockingSlot &slot, uint32_t spin_us);
-  // The same for a call that gains nothing from a spinning loop thread
-  // (NEXAR_SPIN_US) and loses from it: a collective on shared memory, where a
-  // spinning loop thread and a polling caller, two busy threads per rank,
-  // crowd each other out of the cores. Takes the loop first, asking a
-  // spinning loop thread to sleep, then has post queue the command (with
-  // wake == false) and runs it here. False if post queued nothing.
-  bool post_and_run_here(const std::function<bool()> &post, BlockingSlot &slot, uint32_t spin_us,
-                         Status *result);
+  // A blocking call from its start: post queues the command (with wake ==
+  // false), then this runs it as run_here_and_wait does, into *result; false
+  // if post queued nothing. take_spinning: the call gains nothing from a
+  // spinning loop thread (NEXAR_SPIN_US) and loses from it (a collective on
+  // shared memory: a spinning loop thread and a polling caller, two busy
+  // threads per rank, crowd each other out of the cores). Then this takes
+  // the loop before post, asking a spinning loop thread to sleep, and runs
+  // the command here too.
+  bool post_and_wait(const std::function<bool()> &post, BlockingSlot &slot, uint32_t spin_us,
+                     bool take_spinning, Status *result);
 
   // For a blocking caller that posted nothing: runs work on the loop's side
   // on this thread if the loop thread sleeps in epoll (a spinning loop

@@ -58,12 +58,12 @@ class EventLoop {
   Status run_here_and_wait(BlockingSlot &slot, uint32_t spin_us) {
     return caller_run_.run_here_and_wait(slot, spin_us);
   }
-  // A blocking call that gains nothing from a spinning loop thread: has post
-  // queue its command (wake == false) once this thread has the loop, then
-  // runs it here (CallerRun::post_and_run_here). False if post queued nothing.
-  bool post_and_run_here(const std::function<bool()> &post, BlockingSlot &slot, uint32_t spin_us,
-                         Status *result) {
-    return caller_run_.post_and_run_here(post, slot, spin_us, result);
+  // A blocking call from its start: post queues its command (wake == false),
+  // then it runs here if it can (CallerRun::post_and_wait). False if post
+  // queued nothing.
+  bool post_and_wait(const std::function<bool()> &post, BlockingSlot &slot, uint32_t spin_us,
+                     bool take_spinning, Status *result) {
+    return caller_run_.post_and_wait(post, slot, spin_us, take_spinning, result);
   }
   // For a blocking caller that posted nothing (a small collective on shared
   // memory): runs work on the loop's side on this thread if it can have the

@@ -80,7 +80,7 @@ TEST(SpinPolling, BlockingCollectivesAndMessagesAcrossSpinAndSleep) {
       for (int32_t x : v)
         ASSERT_EQ(x, expect) << "iteration " << i << " on rank " << r;
       // 256 KiB: past the one-ticket size, so the caller posts it and takes
-      // the spinning loop (CallerRun::post_and_run_here).
+      // the spinning loop (CallerRun::post_and_wait).
       if (i % 10 == 0) {
         std::vector<int32_t> big(65536, i + static_cast<int32_t>(r));
         NX_OK(nexar_allreduce(w[r], big.data(), big.data(), big.size(), NEXAR_DTYPE_I32,

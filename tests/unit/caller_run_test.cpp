@@ -147,8 +147,8 @@ TEST(CallerRun, BusyLoopThreadRunsTheCommandItself) {
 }
 
 // NEXAR_SPIN_US: a spinning loop thread picks a command up itself, unless
-// the caller takes the loop (a collective on shared memory): it asks the
-// loop thread to sleep and runs the command here.
+// the caller takes the loop (take_spinning, a collective on shared memory):
+// it asks the loop thread to sleep and runs the command here.
 TEST(CallerRun, SpinningLoopThreadSleepsForACallerThatTakesIt) {
   EventLoop loop(0);
   loop.set_spin_us(10'000'000);
@@ -172,12 +172,7 @@ TEST(CallerRun, SpinningLoopThreadSleepsForACallerThatTakesIt) {
     };
     Watchdog dog("a command beside a spinning loop thread", 10);
     Status result;
-    if (take_spinning) {
-      EXPECT_TRUE(loop.post_and_run_here(post, slot, 0, &result));
-    } else {
-      EXPECT_TRUE(post());
-      result = loop.run_here_and_wait(slot, 0);
-    }
+    EXPECT_TRUE(loop.post_and_wait(post, slot, 0, take_spinning, &result));
     EXPECT_TRUE(result.ok());
     return ran_on;
   };
