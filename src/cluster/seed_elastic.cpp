@@ -155,16 +155,21 @@ void Seed::welcome_round(Round *r) {
 
 void Seed::round_ready(Member *m, const wire::MeshReady &ready) {
   Round *r = round_of(m);
-  if (!r || !r->meshing || ready.rank != m->rank) {
+  if (!r || !r->meshing) {
     m->conn->close(1, error(NEXAR_ERR_PROTOCOL, "unexpected MeshReady during a grow"));
     return;
   }
   if (ready.world_id != r->new_world) {
     // Formed an earlier attempt of this grow, before this one's Welcome
-    // reached it: its report for the new world will follow.
+    // reached it: its report for the new world will follow. Its rank may
+    // differ in this attempt (a lost joiner before it was dropped).
     LOG_DEBUG("%s reports world %016llx, not this grow's %016llx: ignored", m->describe().c_str(),
               static_cast<unsigned long long>(ready.world_id),
               static_cast<unsigned long long>(r->new_world));
+    return;
+  }
+  if (ready.rank != m->rank) {
+    m->conn->close(1, error(NEXAR_ERR_PROTOCOL, "a MeshReady for another rank during a grow"));
     return;
   }
   ++r->ready;

@@ -63,6 +63,10 @@
 //       numbers), prints "PROBE_REPORTED" and exits; "die-after-mesh" forms
 //       its mesh, then exits abruptly without telling the seed (as --rank -1,
 //       a joiner of an elastic world: it waits for a grow's welcome).
+//       "stale-ready" (a joiner): forms the grown mesh, holds its report
+//       until the seed welcomes it again, sends it then (the first world's
+//       id and rank) and joins the new attempt: PROBE_STALE_READY rank=R,
+//       then PROBE_JOINED rank=R size=N.
 //
 //   nexar-cluster-probe slow-joiner --seed ADDR [--seconds S]
 //       See hostile_peer.h.
@@ -77,11 +81,13 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_set>
 
+#include "client/communicator.h"
 #include "cluster/interface_select.h"
 #include "cluster/join.h"
 #include "cluster/mesh.h"
@@ -219,6 +225,39 @@ int fake_seed(int argc, char **argv) {
 
 // ---- impostor ------------------------------------------------------------------------
 
+// A joiner that holds its report of a grown mesh until the seed welcomes it
+// again (a lost joiner was dropped), then sends that report late, under the
+// rank it had then, and joins the new attempt honestly.
+int report_stale_ready(const Config &cfg, const JoinTicket &first, gnutls_x509_privkey_t key,
+                       const SocketAddress &adv, int fd, SeedClient &client,
+                       const Status &first_mesh, const std::function<void()> &leave_first) {
+  printf("PROBE_FIRST_MESH rank=%u %s\n", first.rank,
+         first_mesh ? "formed" : first_mesh.message.c_str());
+  fflush(stdout);
+  SeedClient::Word word;
+  const bool welcomed = client.next_word(now_ns() + 60000 * kNsPerMs, &word) &&
+                        word.kind == SeedClient::Word::Welcome;
+  leave_first();  // the next attempt uses the same socket
+  if (!welcomed) {
+    printf("PROBE_FAILED no second welcome\n");
+    return 3;
+  }
+  client.report_ready(first.rank, first.cluster_id);
+  printf("PROBE_STALE_READY rank=%u\n", first.rank);
+  fflush(stdout);
+  std::unique_ptr<Communicator> comm;
+  const Status s = form_welcomed(cfg, word.welcome, key, adv, -1, fd, client, true, &comm);
+  if (!s) {
+    printf("PROBE_FAILED second mesh: %s\n", s.message.c_str());
+    return 3;
+  }
+  printf("PROBE_JOINED rank=%u size=%u\n", comm->rank(), comm->size());
+  fflush(stdout);
+  // Stay in the world (the test ends this process).
+  std::this_thread::sleep_for(std::chrono::seconds(120));
+  return 0;
+}
+
 int impostor(int argc, char **argv) {
   Config cfg;
   cfg.seed_address = arg(argc, argv, "--seed");
@@ -282,7 +321,8 @@ int impostor(int argc, char **argv) {
   }
   auto rank_client =
       make_client(Client::Identity{t.rank, t.world_size, t.cluster_id}, cfg, t.creds);
-  s = rank_client->start_on(fd);
+  // On a copy: fd stays bound for the seed's next welcome (stale-ready).
+  s = rank_client->start_on(::dup(fd));
   // As a worker does: the seed checks every rank's graph before anyone dials
   // (at formation; a grow's world keeps the graph it had).
   if (s && !grows)
@@ -293,6 +333,11 @@ int impostor(int argc, char **argv) {
   if (s) mesh = std::make_unique<MeshFormation>(rank_client);
   if (s) s = mesh->start(t.peers);
   if (s) s = mesh->wait();
+  if (what == "stale-ready")
+    return report_stale_ready(cfg, t, key.get(), adv, fd, client, s, [&] {
+      mesh.reset();
+      rank_client->shutdown();
+    });
   if (!s) {
     printf("PROBE_FAILED mesh: %s\n", s.message.c_str());
     return 3;

@@ -61,6 +61,16 @@ struct ElasticJob {
     all.push_back(procs.back().get());
     return *procs.back();
   }
+  // A joiner played by nexar-cluster-probe's impostor with this attack.
+  Proc &start_probe(const std::string &name, const std::string &attack) {
+    procs.push_back(std::make_unique<Proc>(
+        dir, name,
+        std::vector<std::string>{NEXAR_PROBE_BIN, "impostor", "--seed", addr, "--token", kToken,
+                                 "--rank", "-1", "--target", "0", "--attack", attack},
+        Proc::Env{{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"}, {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}}));
+    all.push_back(procs.back().get());
+    return *procs.back();
+  }
   void go(const std::string &name = "go") {
     FILE *f = fopen((dir / name).c_str(), "w");
     ASSERT_NE(f, nullptr);
@@ -226,21 +236,37 @@ TEST(ElasticProcesses, JoinerLostAfterTheGrownMeshFormedIsNotAdmitted) {
   grow_without_the_doomed_joiner(
       job,
       [&]() -> Proc & {
-        job.procs.push_back(std::make_unique<Proc>(
-            job.dir, "doomed",
-            std::vector<std::string>{NEXAR_PROBE_BIN, "impostor", "--seed", job.addr, "--token",
-                                     kToken, "--rank", "-1", "--target", "0", "--attack",
-                                     "die-after-mesh"},
-            Proc::Env{{"NEXAR_HEARTBEAT_INTERVAL_SECS", "1"},
-                      {"NEXAR_HEARTBEAT_TIMEOUT_SECS", "3"}}));
-        doomed = job.procs.back().get();
-        job.all.push_back(doomed);
+        doomed = &job.start_probe("doomed", "die-after-mesh");
         return *doomed;
       },
       [](Proc &) {});
   // It formed the grown mesh and died before reporting it.
   EXPECT_TRUE(contains(doomed->out(), "PROBE_DYING_FORMED")) << doomed->dump();
   EXPECT_TRUE(contains(job.seed->err(), "was lost during a grow")) << job.seed->dump();
+  EXPECT_TRUE(contains(job.seed->out(), "took in 1 joiner(s), now 3 ranks")) << job.seed->dump();
+}
+
+// As above, but the other joiner's report that it formed the first attempt
+// reaches the seed only after the seed welcomed it again: under its rank of
+// that attempt (3), not the one it has now (2). The seed tells the attempts
+// apart by the world id and ignores the late report, and the grow completes.
+TEST(ElasticProcesses, LateReportOfAReplacedAttemptUnderAnotherRankIsIgnored) {
+  ElasticJob job(2);
+  const std::string member = "check,pending:2,waitfile:" + (job.dir / "go") + ",grow:2";
+  Proc &m0 = job.start("m0", member, 0);
+  Proc &m1 = job.start("m1", member, 1);
+  ASSERT_TRUE(m0.wait_output("CHECK rank=0 size=2", 60)) << dump_all(job.all);
+  Proc &doomed = job.start_probe("doomed", "die-after-mesh");
+  ASSERT_TRUE(job.seed->wait_output("(1 waiting)", 60)) << dump_all(job.all);
+  Proc &late = job.start_probe("late", "stale-ready");
+  ASSERT_TRUE(m0.wait_output("PENDING rank=0 count=2", 60)) << dump_all(job.all);
+  ASSERT_TRUE(m1.wait_output("PENDING rank=1 count=2", 60)) << dump_all(job.all);
+  job.go();
+  job.expect_done(m0, "DONE rank=0 size=3");
+  job.expect_done(m1, "DONE rank=1 size=3");
+  ASSERT_TRUE(late.wait_output("PROBE_JOINED rank=2 size=3", 60)) << dump_all(job.all);
+  EXPECT_TRUE(contains(late.out(), "PROBE_STALE_READY rank=3")) << late.dump();
+  EXPECT_TRUE(contains(doomed.out(), "PROBE_DYING_FORMED")) << doomed.dump();
   EXPECT_TRUE(contains(job.seed->out(), "took in 1 joiner(s), now 3 ranks")) << job.seed->dump();
 }
 
