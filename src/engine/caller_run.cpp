@@ -152,13 +152,20 @@ bool CallerRun::run_as_loop(const std::function<void()> &work) {
   needs_wake_ = false;
   running_loop_ = &loop_;
   const int32_t caller_log_rank = log::set_thread_rank(loop_.rank());
-  // Timers armed here count from libev's clock, last read before the sleep.
-  ev_now_update(loop_.raw());
+  // libev's clock was last read before the loop thread slept: a timer armed
+  // here reads it afresh first (freshen_clock), a run that arms none never.
+  clock_fresh_ = false;
   work();
   const bool work_left = loop_.run_pass();
   log::set_thread_rank(caller_log_rank);
   running_loop_ = nullptr;
   return work_left || needs_wake_;
+}
+
+void CallerRun::freshen_clock() {
+  if (clock_fresh_) return;
+  ev_now_update(loop_.raw());
+  clock_fresh_ = true;
 }
 
 void CallerRun::note_timer_armed(ev_timer *t, uint64_t deadline_ns) {

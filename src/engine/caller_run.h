@@ -76,6 +76,9 @@ class CallerRun {
   // Loop side, from a caller's run (runs_here): the loop thread has not seen
   // timer t armed, for deadline_ns.
   void note_timer_armed(ev_timer *t, uint64_t deadline_ns);
+  // Loop side, from a caller's run, before a timer is armed: libev's clock
+  // counts from now, not from before the loop thread slept.
+  void freshen_clock();
   // Loop side: t is stopped (before its owner lets it go, so none dangles).
   void forget_timer(ev_timer *t) {
     std::erase_if(timers_, [t](const auto &e) { return e.first == t; });
@@ -139,6 +142,7 @@ class CallerRun {
   EventLoop &loop_;
   // Under loop_mu_, while a caller runs on the loop's side (run_as_loop).
   bool needs_wake_ = false;
+  bool clock_fresh_ = false;  // libev's clock read in this run (freshen_clock)
   // Timers armed by callers' runs since the loop thread last woke, with
   // their deadlines; under loop_mu_.
   std::vector<std::pair<ev_timer *, uint64_t>> timers_;

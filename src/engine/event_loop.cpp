@@ -86,10 +86,12 @@ void EventLoop::wake_unless_spinning() {
 }
 
 void EventLoop::arm_timer(ev_timer *t, uint64_t deadline_ns, uint64_t now) {
+  const bool caller = CallerRun::runs_here(this);
+  if (caller) caller_run_.freshen_clock();
   ev_timer_stop(loop_, t);
   ev_timer_set(t, deadline_ns > now ? static_cast<double>(deadline_ns - now) / 1e9 : 1e-6, 0.0);
   ev_timer_start(loop_, t);
-  if (CallerRun::runs_here(this)) caller_run_.note_timer_armed(t, deadline_ns);
+  if (caller) caller_run_.note_timer_armed(t, deadline_ns);
 }
 
 void EventLoop::stop_timer(ev_timer *t) {
