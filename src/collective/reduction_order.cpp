@@ -17,14 +17,10 @@ class Expression {
  public:
   static constexpr uint32_t kNone = ~0u;
 
-  uint32_t leaf(uint32_t rank) {
-    nodes_.push_back({static_cast<int32_t>(rank), 0, 0});
-    return static_cast<uint32_t>(nodes_.size() - 1);
-  }
+  uint32_t leaf(uint32_t rank) { return add({static_cast<int32_t>(rank), 0, 0}); }
   uint32_t combine(uint32_t left, uint32_t right) {
     if (left == kNone) return right;
-    nodes_.push_back({-1, left, right});
-    return static_cast<uint32_t>(nodes_.size() - 1);
+    return add({-1, left, right});
   }
 
   // out[0, len) = node's value; every in.x[r] points at the first element.
@@ -40,6 +36,20 @@ class Expression {
     int32_t leaf;  // the rank, or -1 for left op right
     uint32_t left, right;
   };
+  // A few ranks' expression (2n - 1 nodes) stays on the stack: a small
+  // collective evaluates one per call.
+  static constexpr uint32_t kInlineNodes = 16;
+  uint32_t add(Node n) {
+    if (size_ < kInlineNodes) {
+      inline_[size_] = n;
+    } else {
+      more_.push_back(n);
+    }
+    return size_++;
+  }
+  const Node &node(uint32_t i) const {
+    return i < kInlineNodes ? inline_[i] : more_[i - kInlineNodes];
+  }
   struct Evaluation {
     const Expression &ex;
     const ReductionInputs &in;
@@ -48,7 +58,7 @@ class Expression {
     std::vector<PooledBuf> scratch;
 
     const uint8_t *leaf_of(uint32_t node) const {
-      const int32_t r = ex.nodes_[node].leaf;
+      const int32_t r = ex.node(node).leaf;
       return r < 0 ? nullptr : in.x[static_cast<uint32_t>(r)];
     }
     uint8_t *scratch_at(uint32_t depth) {
@@ -57,7 +67,7 @@ class Expression {
       return scratch[depth].data();
     }
     void run(uint32_t node, uint8_t *out, uint32_t depth) {
-      const Node &n = ex.nodes_[node];
+      const Node &n = ex.node(node);
       if (const uint8_t *x = leaf_of(node)) {
         copy_bytes(out, x, len * in.esize);
         return;
@@ -82,7 +92,9 @@ class Expression {
       reduce_inplace(out, b, len, in.dtype, in.op);
     }
   };
-  std::vector<Node> nodes_;
+  Node inline_[kInlineNodes];
+  uint32_t size_ = 0;
+  std::vector<Node> more_;
 };
 
 // Tree: the fold's virtual vectors [lo, hi), combined pairwise.
