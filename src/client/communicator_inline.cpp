@@ -51,23 +51,26 @@ bool Communicator::start_inline(const char *name, const InlineRun &run, Status *
     coll_seq = next_coll_seq_++;
   }
   *seq_out = seq;
-  // Queued and started at once: one look at the clock.
-  const uint64_t now = now_ns();
-  const uint64_t trace = fr::queued(flight_, seq, coll_seq, name, now);
-  fr::started(flight_, trace, coll_seq, now);
+  // Its flight-recorder entry is written once it ended, or once it has to
+  // wait (run's part; fr::ran_at_once).
+  fr::began_at_once(flight_, coll_seq);
   OpContext op(&client_->loop(), seq, name);
   op.set_coll_seq(coll_seq);
-  op.set_trace(trace);
   Status s = refusal(&op, false);
   if (auto early = collectives_.start(coll_seq); early && s.ok()) s = *early;
+  if (!s.ok()) {
+    const uint64_t now = now_ns();
+    op.set_trace(fr::queued(flight_, seq, coll_seq, name, now));
+    fr::started(flight_, op.trace(), coll_seq, now);
+  }
   Body rest;
   if (s.ok() && !run(op, &s, &rest)) {
     // A member is late: the rest sleeps between its steps, as an operation.
     *slot = std::make_shared<BlockingSlot>();
-    run_op(add_op(seq, name, coll_seq, 1, trace), rest, nullptr, nullptr, *slot);
+    run_op(add_op(seq, name, coll_seq, 1, op.trace()), rest, nullptr, nullptr, *slot);
     return true;
   }
-  fr::ended(flight_, trace, coll_seq, s.code);
+  fr::ended(flight_, op.trace(), coll_seq, s.code);
   *status = std::move(s);
   return true;
 }

@@ -99,6 +99,7 @@ class Writer {
     if (e_) e_->version.store(v_ + 2, std::memory_order_release);
   }
   Entry *operator->() const { return e_; }
+  Entry &operator*() const { return *e_; }
   explicit operator bool() const { return e_ != nullptr; }
 
  private:
@@ -153,19 +154,24 @@ size_t capacity() {
   return ring().n;
 }
 
-uint64_t queued(FlightComm &comm, uint64_t op_seq, uint64_t coll_seq, const char *name,
-                uint64_t at_ns) {
-  if (coll_seq) raise_to(comm.last_queued, coll_seq);
+namespace {
+
+// Claims the slot of a new ticket and fills what queued() records; the
+// caller ends the write (release of version). Null when the recorder is off
+// or a writer of an older operation holds the slot (the ring wrapped while
+// it ran): the operation then goes unrecorded rather than waiting.
+Entry *claim(FlightComm &comm, uint64_t op_seq, uint64_t coll_seq, const char *name, uint64_t at_ns,
+             uint64_t *ticket, uint64_t *version) {
   Ring &r = ring();
-  if (r.n == 0) return 0;
-  const uint64_t ticket = r.next.fetch_add(1, std::memory_order_relaxed) + 1;
-  Entry &e = r.entries[ticket % r.n];
+  if (r.n == 0) return nullptr;
+  *ticket = r.next.fetch_add(1, std::memory_order_relaxed) + 1;
+  Entry &e = r.entries[*ticket % r.n];
   uint64_t v = e.version.load(std::memory_order_relaxed);
-  // A writer of an older operation holds the slot (the ring wrapped while it
-  // ran): this operation goes unrecorded rather than waiting.
-  if ((v & 1) || !e.version.compare_exchange_strong(v, v + 1, std::memory_order_acquire)) return 0;
+  if ((v & 1) || !e.version.compare_exchange_strong(v, v + 1, std::memory_order_acquire))
+    return nullptr;
   seqlock_fence(std::memory_order_release);
-  e.ticket.store(ticket, std::memory_order_relaxed);
+  *version = v;
+  e.ticket.store(*ticket, std::memory_order_relaxed);
   e.comm_id.store(comm.comm_id, std::memory_order_relaxed);
   e.comm_key.store(comm.key, std::memory_order_relaxed);
   e.op_seq.store(op_seq, std::memory_order_relaxed);
@@ -185,8 +191,61 @@ uint64_t queued(FlightComm &comm, uint64_t op_seq, uint64_t coll_seq, const char
   store_text(e.name, name);
   store_text(e.algorithm, "");
   e.transport.store(0, std::memory_order_relaxed);
-  e.version.store(v + 2, std::memory_order_release);
+  return &e;
+}
+
+void store_transport(std::atomic<uint64_t> &word, const char *transport) {
+  uint64_t t = 0;
+  memcpy(&t, transport, std::min<size_t>(strlen(transport), 7));
+  word.store(t, std::memory_order_relaxed);
+}
+
+void store_collective(Entry &e, const char *name, nexar_dtype_t dtype, nexar_op_t op,
+                      uint64_t count, uint64_t bytes, int32_t root, const char *transport) {
+  store_text(e.name, name);
+  e.dtype.store(dtype, std::memory_order_relaxed);
+  e.reduction.store(op, std::memory_order_relaxed);
+  e.count.store(count, std::memory_order_relaxed);
+  e.bytes.store(bytes, std::memory_order_relaxed);
+  e.root.store(root, std::memory_order_relaxed);
+  store_transport(e.transport, transport);
+}
+
+void store_end(Entry &e, nexar_status_t status) {
+  e.t_ended.store(now_ns(), std::memory_order_relaxed);
+  e.status.store(status, std::memory_order_relaxed);
+  // A failed operation keeps whom it waited on: what a post-mortem asks.
+  if (status == NEXAR_OK) e.waits_on.store(-1, std::memory_order_relaxed);
+  e.state.store(static_cast<uint32_t>(status == NEXAR_OK ? State::Completed : State::Failed),
+                std::memory_order_relaxed);
+}
+
+}  // namespace
+
+uint64_t queued(FlightComm &comm, uint64_t op_seq, uint64_t coll_seq, const char *name,
+                uint64_t at_ns) {
+  if (coll_seq) raise_to(comm.last_queued, coll_seq);
+  uint64_t ticket = 0, v = 0;
+  Entry *e = claim(comm, op_seq, coll_seq, name, at_ns, &ticket, &v);
+  if (!e) return 0;
+  e->version.store(v + 2, std::memory_order_release);
   return ticket;
+}
+
+void began_at_once(FlightComm &comm, uint64_t coll_seq) {
+  raise_to(comm.last_queued, coll_seq);
+  raise_to(comm.last_started, coll_seq);
+}
+
+void ran_at_once(FlightComm &comm, const AtOnce &r) {
+  uint64_t ticket = 0, v = 0;
+  Entry *e = claim(comm, r.op_seq, r.coll_seq, r.name, r.began_ns, &ticket, &v);
+  if (!e) return;
+  e->t_started.store(r.began_ns, std::memory_order_relaxed);
+  store_collective(*e, r.collective, r.dtype, r.op, r.count, r.bytes, r.root, r.transport);
+  store_text(e->algorithm, r.algorithm);
+  store_end(*e, r.status);
+  e->version.store(v + 2, std::memory_order_release);
 }
 
 void started(FlightComm &comm, uint64_t ticket, uint64_t coll_seq, uint64_t at_ns) {
@@ -200,16 +259,7 @@ void started(FlightComm &comm, uint64_t ticket, uint64_t coll_seq, uint64_t at_n
 void collective(uint64_t ticket, const char *name, nexar_dtype_t dtype, nexar_op_t op,
                 uint64_t count, uint64_t bytes, int32_t root, const char *transport) {
   Writer w(ticket);
-  if (!w) return;
-  store_text(w->name, name);
-  w->dtype.store(dtype, std::memory_order_relaxed);
-  w->reduction.store(op, std::memory_order_relaxed);
-  w->count.store(count, std::memory_order_relaxed);
-  w->bytes.store(bytes, std::memory_order_relaxed);
-  w->root.store(root, std::memory_order_relaxed);
-  uint64_t t = 0;
-  memcpy(&t, transport, std::min<size_t>(strlen(transport), 7));
-  w->transport.store(t, std::memory_order_relaxed);
+  if (w) store_collective(*w, name, dtype, op, count, bytes, root, transport);
 }
 
 void algorithm(uint64_t ticket, const char *name) {
@@ -227,13 +277,7 @@ void waiting(uint64_t ticket, int32_t rank, uint32_t step) {
 void ended(FlightComm &comm, uint64_t ticket, uint64_t coll_seq, nexar_status_t status) {
   if (coll_seq && status == NEXAR_OK) raise_to(comm.last_completed, coll_seq);
   Writer w(ticket);
-  if (!w) return;
-  w->t_ended.store(now_ns(), std::memory_order_relaxed);
-  w->status.store(status, std::memory_order_relaxed);
-  // A failed operation keeps whom it waited on: what a post-mortem asks.
-  if (status == NEXAR_OK) w->waits_on.store(-1, std::memory_order_relaxed);
-  w->state.store(static_cast<uint32_t>(status == NEXAR_OK ? State::Completed : State::Failed),
-                 std::memory_order_relaxed);
+  if (w) store_end(*w, status);
 }
 
 std::vector<EntryCopy> snapshot() {

@@ -74,6 +74,25 @@ void algorithm(uint64_t ticket, const char *name);
 void waiting(uint64_t ticket, int32_t rank, uint32_t step);
 void ended(FlightComm &comm, uint64_t ticket, uint64_t coll_seq, nexar_status_t status);
 
+// A collective that ran at once on its caller's thread and never waited:
+// queued and started raise the counters (began_at_once), and its whole
+// entry is one write once it ended (ran_at_once), instead of one per step.
+// One that has to wait gets its entry the usual way at that point.
+void began_at_once(FlightComm &comm, uint64_t coll_seq);
+struct AtOnce {
+  uint64_t op_seq, coll_seq;
+  const char *name;  // the entry point's
+  uint64_t began_ns;
+  const char *collective;  // what it did ("allreduce")
+  nexar_dtype_t dtype;
+  nexar_op_t op;
+  uint64_t count, bytes;
+  int32_t root;
+  const char *transport, *algorithm;
+  nexar_status_t status;
+};
+void ran_at_once(FlightComm &comm, const AtOnce &r);
+
 // Every entry still in the ring, oldest first (any thread).
 std::vector<EntryCopy> snapshot();
 // A copy of a registered communicator's record, taken under the registry

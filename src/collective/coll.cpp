@@ -9,38 +9,68 @@
 namespace nexar {
 namespace {
 
-// FNV-1a over the fields every rank must agree on.
+// FNV-1a over the fields every rank must agree on, seq last. The state
+// before seq is kept per thread for the last descriptor: a loop of one
+// collective mixes 8 bytes per call, not 48, and gets the same value.
 uint32_t descriptor_check(CollKind kind, const CollArgs &a, uint64_t seq) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  auto mix = [&](uint64_t v) {
+  auto mix = [](uint64_t h, uint64_t v) {
     for (int i = 0; i < 8; ++i) {
       h ^= (v >> (8 * i)) & 0xff;
       h *= 0x100000001b3ull;
     }
+    return h;
   };
-  mix(static_cast<uint64_t>(kind));
-  mix(static_cast<uint64_t>(a.dtype));
-  mix(static_cast<uint64_t>(a.op));
-  mix(a.count);
-  mix(a.root);
-  mix(seq);
+  struct Last {
+    CollKind kind;
+    nexar_dtype_t dtype;
+    nexar_op_t op;
+    uint64_t count;
+    uint32_t root;
+    uint64_t h = 0;
+  };
+  thread_local Last last{};
+  if (last.h == 0 || last.kind != kind || last.dtype != a.dtype || last.op != a.op ||
+      last.count != a.count || last.root != a.root) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = mix(h, static_cast<uint64_t>(kind));
+    h = mix(h, static_cast<uint64_t>(a.dtype));
+    h = mix(h, static_cast<uint64_t>(a.op));
+    h = mix(h, a.count);
+    h = mix(h, a.root);
+    last = Last{kind, a.dtype, a.op, a.count, a.root, h};
+  }
+  const uint64_t h = mix(last.h, seq);
   const uint32_t c = static_cast<uint32_t>(h ^ (h >> 32));
   return c ? c : 1;  // 0 means "no check" (point-to-point)
 }
 
 // What the flight recorder keeps of a collective's arguments.
 void record(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &a) {
+  fr::AtOnce r{};
+  describe_for_flight(comm, kind, a, &r);
+  fr::collective(op->trace(), r.collective, r.dtype, r.op, r.count, r.bytes, r.root, r.transport);
+}
+
+}  // namespace
+
+void describe_for_flight(Communicator *comm, CollKind kind, const CollArgs &a, fr::AtOnce *out) {
   const bool rooted = kind == CollKind::Broadcast || kind == CollKind::Reduce ||
                       kind == CollKind::Gather || kind == CollKind::Scatter;
   bool relayed = false;
   for (uint32_t r = 0; r < comm->size() && !relayed; ++r)
     relayed = r != comm->rank() && !comm->client().peer(comm->world_rank_of(r)).direct();
-  fr::collective(op->trace(), coll_name(kind), a.dtype, a.op, a.count,
-                 uint64_t{a.count} * dtype_size(a.dtype),
-                 rooted ? static_cast<int32_t>(a.root) : -1, relayed ? "relay" : "quic");
+  out->collective = coll_name(kind);
+  out->dtype = a.dtype;
+  out->op = a.op;
+  out->count = a.count;
+  out->bytes = uint64_t{a.count} * dtype_size(a.dtype);
+  out->root = rooted ? static_cast<int32_t>(a.root) : -1;
+  out->transport = relayed ? "relay" : "quic";
 }
 
-}  // namespace
+uint64_t coll_timeout_ms(const Config &cfg, CollKind kind) {
+  return kind == CollKind::Barrier ? cfg.barrier_timeout_ms : cfg.collective_timeout_ms;
+}
 
 const char *coll_name(CollKind k) {
   switch (k) {
@@ -85,10 +115,8 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
       seq_(seq ? seq : op->coll_seq()),
       esize_(dtype_size(args.dtype)) {
   check_ = descriptor_check(kind, args, seq_);
-  const bool barrier = kind == CollKind::Barrier;
-  const uint64_t timeout_ms =
-      barrier ? comm->config().barrier_timeout_ms : comm->config().collective_timeout_ms;
-  deadline_ns_ = deadline_ns ? deadline_ns : now_ns() + timeout_ms * kNsPerMs;
+  deadline_ns_ =
+      deadline_ns ? deadline_ns : now_ns() + coll_timeout_ms(comm->config(), kind) * kNsPerMs;
   // The whole collective shares one deadline: the timeout bounds the
   // operation, not each of its messages.
   if (op->trace()) record(comm, op, kind, args);
@@ -97,8 +125,7 @@ Coll::Coll(Communicator *comm, OpContext *op, CollKind kind, const CollArgs &arg
 const char *Coll::what() const {
   if (what_.empty()) {
     const bool barrier = kind_ == CollKind::Barrier;
-    const uint64_t timeout_ms =
-        barrier ? config().barrier_timeout_ms : config().collective_timeout_ms;
+    const uint64_t timeout_ms = coll_timeout_ms(config(), kind_);
     // Integer tenths: formatting a double costs as much as the rest.
     const uint64_t tenths = (timeout_ms + 50) / 100;
     what_ = format(

@@ -45,6 +45,12 @@ struct CollArgs {
   uint32_t root = 0;
 };
 
+// What the flight recorder keeps of a collective's arguments (its kind
+// through transport; the rest of out is the caller's).
+void describe_for_flight(Communicator *comm, CollKind kind, const CollArgs &a, fr::AtOnce *out);
+// NEXAR_BARRIER_TIMEOUT_SECS or NEXAR_COLLECTIVE_TIMEOUT_SECS, as kind takes.
+uint64_t coll_timeout_ms(const Config &cfg, CollKind kind);
+
 class Coll {
  public:
   // seq: the collective number, 0 for the operation's own (an operation may

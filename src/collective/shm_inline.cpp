@@ -6,6 +6,7 @@
 #include "collective/forced_choice.h"
 #include "collective/shm_coll_steps.h"
 #include "collective/shm_one_ticket.h"
+#include "core/clock.h"
 
 namespace nexar {
 namespace {
@@ -20,6 +21,7 @@ struct Rest {
 
 Task<Status> go_on(Coll &c, std::shared_ptr<Rest> rest) {
   ShmCollArea &a = *c.comm()->shm_coll().area;  // the turn keeps it
+  c.note_algorithm("shm");
   Status s = co_await shm_coll::wait_for(c, a, rest->need);
   if (s) s = co_await run_one_ticket(c, a, rest->steps);
   co_return shm_coll::after_body(c, std::move(s));
@@ -29,25 +31,39 @@ Task<Status> go_on(Coll &c, std::shared_ptr<Rest> rest) {
 bool run_here(Communicator &comm, CollKind kind, const CollArgs &g, OpContext &op, Status *status,
               Communicator::Body *rest) {
   Communicator::ShmColl &sc = comm.shm_coll();
-  Coll c(&comm, &op, kind, g);
+  // The one look at the clock before it ends: its deadline and its
+  // flight-recorder times count from here.
+  const uint64_t began = now_ns();
+  Coll c(&comm, &op, kind, g, 0, began + coll_timeout_ms(comm.config(), kind) * kNsPerMs);
   shm_coll::Turn turn(sc);
   turn.take_now();  // none waits before it (run_inline_collective)
   ShmCollArea &a = *sc.area;
-  c.note_algorithm("shm");
   a.host().count_collective();
   ShmOneTicket steps(c, a, kind);
   shm_coll::ShmNeed need{};
+  fr::AtOnce record{};
   for (;;) {
     Status s = steps.advance(c, a, &need);
     if (!s || !need.doing) {
       s = shm_coll::after_body(c, std::move(s));
       if (s.code == NEXAR_ERR_MISMATCH) comm.announce_mismatch(c.seq(), s.message);
       comm.collectives().ran_at_once(c.seq(), c.check());
+      describe_for_flight(&comm, kind, g, &record);
+      record.op_seq = op.seq();
+      record.coll_seq = c.seq();
+      record.name = op.name().c_str();
+      record.began_ns = began;
+      record.algorithm = "shm";
+      record.status = s.code;
+      fr::ran_at_once(comm.flight(), record);
       *status = std::move(s);
       return true;
     }
     if (!shm_coll::poll_for(c, a, need)) break;
   }
+  // It waits from here: it gets its entry now (go_on records the rest).
+  op.set_trace(fr::queued(comm.flight(), op.seq(), c.seq(), op.name().c_str(), began));
+  fr::started(comm.flight(), op.trace(), c.seq(), began);
   auto left = std::make_shared<Rest>(Rest{std::move(turn), need, steps});
   *rest = [&comm, kind, g, left, deadline = c.deadline_ns()](OpContext *o) {
     return run_collective_as(
