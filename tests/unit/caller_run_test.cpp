@@ -204,6 +204,32 @@ TEST(CallerRun, TimerArmedHereFiresThroughTheWakeTimer) {
   loop.run_sync([&] { loop.stop_timer(&t.timer); });
 }
 
+// libev's clock stood still while its loop thread slept: a timer armed on
+// the caller's side still counts from now, not from before that sleep, when
+// something else wakes the loop thread first.
+TEST(CallerRun, TimerArmedHereAfterALongSleepCountsFromNow) {
+  EventLoop loop(0);
+  loop.start();
+  let_loop_sleep(loop);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  BlockingSlot slot;
+  RecordingTimer t;
+  t.slot = &slot;
+  const uint64_t start = now_ns();
+  post_arming(loop, t, 200);
+  std::thread waker([&loop] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    loop.post([] {}, true);
+  });
+  {
+    Watchdog dog("the timer armed on the caller's side after a long sleep", 10);
+    EXPECT_TRUE(loop.run_here_and_wait(slot, 0).ok());
+  }
+  waker.join();
+  EXPECT_GE(now_ns(), start + 200 * kNsPerMs) << "it fired early";
+  loop.run_sync([&] { loop.stop_timer(&t.timer); });
+}
+
 // An I/O watcher changed here is seen by the loop thread only after a
 // wake-up, so the caller wakes it at once.
 TEST(CallerRun, WatcherChangedHereWakesTheLoopThread) {
