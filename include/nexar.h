@@ -613,6 +613,10 @@ typedef struct nexar_stats {
   uint64_t protocol_violations; /* connections closed because the peer broke the wire protocol:
                                    a malformed or oversized frame, a finished or reset stream,
                                    QUIC stream or flow-control limits exceeded */
+
+  /* Same-host path, continued */
+  uint64_t shm_bytes_read_directly; /* payload bytes collectives copied straight out of same-host
+                                       peers' processes (NEXAR_SHM_CMA) */
 } nexar_stats_t;
 
 /**

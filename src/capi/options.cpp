@@ -164,6 +164,13 @@ Status config_from_options(const nexar_comm_options_t *opts, Config *out) {
                             opts->topology_edges + 2 * opts->topology_edge_count);
   }
 
+  if (const char *v = env("NEXAR_SHM_CMA")) {
+    if (strcasecmp(v, "off") == 0 || strcmp(v, "0") == 0)
+      c.shm_cma = false;
+    else if (strcasecmp(v, "auto") != 0)
+      return error(NEXAR_ERR_INVALID_ARGUMENT, format("NEXAR_SHM_CMA=%s: expected auto or off", v));
+  }
+
   if (c.completion_mode > NEXAR_COMPLETION_POLLED)
     return error(NEXAR_ERR_INVALID_ARGUMENT,
                  format("completion_mode %u is not valid", c.completion_mode));

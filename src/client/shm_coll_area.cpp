@@ -2,11 +2,15 @@
 
 #include <cstring>
 
+#include <gnutls/crypto.h>
+
 #include "client/shm_host.h"
+#include "transport/process_memory.h"
 
 namespace nexar {
 
-std::unique_ptr<ShmCollArea> ShmCollArea::create(ShmHost &host, uint32_t rank, uint32_t size) {
+std::unique_ptr<ShmCollArea> ShmCollArea::create(ShmHost &host, uint32_t rank, uint32_t size,
+                                                 bool direct) {
   uint64_t offset = 0;
   uint8_t *own = host.allocate_shared(kAreaBytes, &offset);
   if (!own) return nullptr;
@@ -15,11 +19,15 @@ std::unique_ptr<ShmCollArea> ShmCollArea::create(ShmHost &host, uint32_t rank, u
   memset(own, 0, kCounterLines * kShmLine);
   for (uint32_t s = 0; s < kSlots; ++s)
     memset(own + slot_offset(s), 0, kShmLine);
-  return std::make_unique<ShmCollArea>(host, rank, size, own, offset);
+  auto *id = reinterpret_cast<Identity *>(own);
+  id->address = reinterpret_cast<uint64_t>(own);
+  if (gnutls_rnd(GNUTLS_RND_NONCE, &id->nonce, sizeof id->nonce) < 0) direct = false;
+  return std::make_unique<ShmCollArea>(host, rank, size, own, offset, direct);
 }
 
-ShmCollArea::ShmCollArea(ShmHost &host, uint32_t rank, uint32_t size, uint8_t *own, uint64_t offset)
-    : host_(host), rank_(rank), own_(own), offset_(offset), members_(size) {
+ShmCollArea::ShmCollArea(ShmHost &host, uint32_t rank, uint32_t size, uint8_t *own, uint64_t offset,
+                         bool direct)
+    : host_(host), rank_(rank), own_(own), offset_(offset), members_(size), direct_(direct) {
   const OwnShmSegment &seg = host.segment();
   members_[rank] = {0, own, seg.heap(), seg.heap_bytes()};
 }
@@ -35,6 +43,29 @@ bool ShmCollArea::attach(uint32_t r, uint32_t world_rank, uint64_t offset) {
   if (offset > seg.heap_bytes() || seg.heap_bytes() - offset < kAreaBytes || offset % kShmLine)
     return false;
   members_[r] = {world_rank, seg.heap() + offset, seg.heap(), seg.heap_bytes()};
+  // r's identity, read through its process: the same two words mean that
+  // pid is r's process and the host lets this one read it.
+  const uint32_t pid = host_.peer_pid(world_rank);
+  const auto *theirs = reinterpret_cast<const Identity *>(members_[r].area);
+  const uint64_t address = shm_load(&theirs->address), nonce = shm_load(&theirs->nonce);
+  uint64_t seen[2] = {};
+  if (direct_ && pid && r < kMaxDirectMembers && rank_ < kMaxDirectMembers && nonce &&
+      read_process_memory(pid, address, seen, sizeof seen).ok() && seen[0] == address &&
+      seen[1] == nonce) {
+    members_[r].pid = pid;
+    uint64_t *word = &reinterpret_cast<Identity *>(own_)->reads_directly[r / 64];
+    shm_store(word, shm_load(word) | (uint64_t{1} << (r % 64)));
+  }
+  return true;
+}
+
+bool ShmCollArea::read_directly_by_all() const {
+  if (!direct_ || rank_ >= kMaxDirectMembers) return false;
+  for (uint32_t r = 0; r < members_.size(); ++r) {
+    if (r == rank_) continue;
+    const auto *theirs = reinterpret_cast<const Identity *>(members_[r].area);
+    if (!(shm_load(&theirs->reads_directly[rank_ / 64]) >> (rank_ % 64) & 1)) return false;
+  }
   return true;
 }
 

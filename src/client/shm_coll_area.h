@@ -5,9 +5,13 @@
 // Layout of a member's area (each counter on a cache line of its own, written
 // only by the owner, read by every member):
 //
-//   line 0   unused: a ticket's publication is the published word of its
-//                       slot's header, so the data arrives with the news
-//                       (kPublished names that wait, not a line)
+//   line 0   identity:  where this area lies in its owner's process and a
+//                       random word (a peer that reads the same two words
+//                       there, with process_vm_readv, may read this member's
+//                       buffers directly), then one bit per member this
+//                       member reads directly. (A ticket's publication is the
+//                       published word of its slot's header, so the data
+//                       arrives with the news: kPublished names that wait.)
 //   line 1   reduced:   tickets whose slice this member reduced in its slot
 //   line 2   finished:  tickets this member is done reading from the others
 //   line 3   sleeping:  nonzero while a wait of this member on the others'
@@ -61,12 +65,22 @@ class ShmCollArea {
   static constexpr uint64_t kResultBytes = kSlotBytes / 2 + kShmLine;
   static constexpr uint64_t kSlotStride = kShmLine + kSlotBytes + kResultBytes;
   static constexpr uint64_t kAreaBytes = kCounterLines * kShmLine + kSlots * kSlotStride;
+  // Line 0 (see above).
+  struct Identity {
+    uint64_t address;
+    uint64_t nonce;
+    uint64_t reads_directly[6];  // bit r: this member reads member r directly
+  };
+  static constexpr uint32_t kMaxDirectMembers = 6 * 64;
 
   // This member's area (rank of size members), or null when the heap cannot
   // hold one (the communicator's collectives then travel as messages).
-  static std::unique_ptr<ShmCollArea> create(ShmHost &host, uint32_t rank, uint32_t size);
+  // direct: try to read the members' buffers directly (NEXAR_SHM_CMA).
+  static std::unique_ptr<ShmCollArea> create(ShmHost &host, uint32_t rank, uint32_t size,
+                                             bool direct);
   // own: the area, at offset in this member's heap (create() makes one).
-  ShmCollArea(ShmHost &host, uint32_t rank, uint32_t size, uint8_t *own, uint64_t offset);
+  ShmCollArea(ShmHost &host, uint32_t rank, uint32_t size, uint8_t *own, uint64_t offset,
+              bool direct);
   ~ShmCollArea();
   ShmCollArea(const ShmCollArea &) = delete;
   ShmCollArea &operator=(const ShmCollArea &) = delete;
@@ -77,8 +91,14 @@ class ShmCollArea {
   // Where this member's area starts in its heap (what the others attach).
   uint64_t offset() const { return offset_; }
   // Member r (world rank world_rank) has its area at offset in its heap;
-  // false if its channel is gone or the area does not fit that heap.
+  // false if its channel is gone or the area does not fit that heap. Also
+  // finds out whether this member can read r's process directly.
   bool attach(uint32_t r, uint32_t world_rank, uint64_t offset);
+  // Member r's pid when this member reads r's buffers directly, else 0.
+  uint32_t direct_pid(uint32_t r) const { return members_[r].pid; }
+  // Whether every other member reads this member's buffers directly (each
+  // says so in its identity line once it has checked).
+  bool read_directly_by_all() const;
 
   uint64_t *own(Counter c) const { return reinterpret_cast<uint64_t *>(own_ + c * kShmLine); }
   const uint64_t *counter(uint32_t r, Counter c) const {
@@ -149,6 +169,7 @@ class ShmCollArea {
     const uint8_t *area = nullptr;
     const uint8_t *heap = nullptr;
     uint64_t heap_bytes = 0;
+    uint32_t pid = 0;  // set when read directly
   };
   ShmHost &host_;
   uint32_t rank_;
@@ -157,6 +178,7 @@ class ShmCollArea {
   std::vector<Member> members_;
   uint64_t next_ticket_ = 0;
   uint64_t step_bytes_ = 0;
+  bool direct_;
 };
 
 }  // namespace nexar

@@ -472,6 +472,10 @@ ShmChannel *ShmHost::channel(uint32_t peer) const {
   return c && !c->closed() ? c : nullptr;
 }
 
+uint32_t ShmHost::peer_pid(uint32_t peer) const {
+  return channel(peer) ? pairs_[peer]->offer.pid : 0;
+}
+
 std::string ShmHost::host_key_of(uint32_t peer) const {
   if (peer == client_.identity().rank) return host_key_;
   if (peer >= pairs_.size() || !pairs_[peer] || !pairs_[peer]->offer_in) return {};
@@ -499,6 +503,7 @@ void ShmHost::add_stats(nexar_stats_t *out) const {
   out->shm_bytes_received = 0;
   out->shm_collectives = collectives_;
   out->shm_bytes_by_reference = coll_bytes_by_reference_;
+  out->shm_bytes_read_directly = bytes_read_directly_;
   for (ShmChannel *c : open_) {
     if (!c->closed()) ++out->shm_pairs;
     out->shm_bytes_sent += c->bytes_sent();

@@ -67,6 +67,9 @@ class ShmHost : private ShmChannelHandler {
 
   // The open channel to peer, or null.
   ShmChannel *channel(uint32_t peer) const;
+  // The pid of peer's process (its offer, which its socket's credentials
+  // confirmed), or 0 without an open channel.
+  uint32_t peer_pid(uint32_t peer) const;
   // The host key (boot id, network namespace, uid) world rank peer offered,
   // or this rank's own: what every offer of that rank carries. Empty when
   // its path is off (NEXAR_SHM=off) or no offer came from it.
@@ -95,6 +98,8 @@ class ShmHost : private ShmChannelHandler {
   // rank's heap a collective let the peers read where they are.
   void count_collective() { ++collectives_; }
   void count_by_reference(uint64_t bytes) { coll_bytes_by_reference_ += bytes; }
+  // ... bytes a collective copied straight out of a peer's process.
+  void count_read_directly(uint64_t bytes) { bytes_read_directly_ += bytes; }
   // Conditions re-checked on every pass of the loop (client/shm_wait.h).
   void add_waiter(ShmCondition *w) { waiters_.push_back(w); }
   void remove_waiter(ShmCondition *w);
@@ -154,7 +159,7 @@ class ShmHost : private ShmChannelHandler {
   std::vector<ShmCondition *> waiters_;
   bool logged_fallback_ = false;
   uint64_t pairs_up_ = 0;
-  uint64_t collectives_ = 0, coll_bytes_by_reference_ = 0;
+  uint64_t collectives_ = 0, coll_bytes_by_reference_ = 0, bytes_read_directly_ = 0;
 };
 
 }  // namespace nexar

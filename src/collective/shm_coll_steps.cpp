@@ -184,7 +184,7 @@ void fill_and_announce(Coll &c, ShmCollArea &a, uint64_t t, const void *src, uin
 }
 
 Status published_data(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t t, uint64_t bytes,
-                      const uint8_t **data) {
+                      const uint8_t **data, uint64_t *direct) {
   const ShmCollArea::SlotHeader *h = a.header(r, t);
   // Read once: the peer's memory may change under a check.
   const uint64_t published = shm_load(&h->published);
@@ -201,6 +201,18 @@ Status published_data(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t 
                         "root differ)",
                         c.what(), r),
                  static_cast<int32_t>(r));
+  if (direct) *direct = 0;
+  if (offset & kDirectAddress) {
+    if (!direct || !a.direct_pid(r))
+      return error(NEXAR_ERR_PROTOCOL,
+                   format("%s: rank %u published an address in its process, which this rank "
+                          "does not read there",
+                          c.what(), r),
+                   static_cast<int32_t>(r));
+    *direct = offset & ~kDirectAddress;
+    *data = nullptr;
+    return {};
+  }
   if (offset > a.heap_bytes(r) || a.heap_bytes(r) - offset < n)
     return error(NEXAR_ERR_PROTOCOL,
                  format("%s: rank %u published data outside its shared memory", c.what(), r),
@@ -227,7 +239,8 @@ Task<Status> decide(Coll &c, Communicator::ShmColl &sc) {
   bool all = true;
   for (uint32_t r = 0; r < n; ++r)
     if (r != me) all &= (linked[r] = host.channel(comm.world_rank_of(r)) != nullptr);
-  std::unique_ptr<ShmCollArea> area = all ? ShmCollArea::create(host, me, n) : nullptr;
+  std::unique_ptr<ShmCollArea> area =
+      all ? ShmCollArea::create(host, me, n, c.config().shm_cma) : nullptr;
   SetupMessage mine{kSetupMagic, area ? 1u : 0u, area ? area->offset() : 0};
   std::vector<SetupMessage> theirs(n);
   std::vector<Task<Status>> moves;

@@ -15,6 +15,13 @@ namespace nexar::shm_coll {
 // From this many bytes a chunk of a nexar_mem_alloc buffer is read where it
 // is instead of being copied into the slot.
 constexpr uint64_t kByReferenceMinBytes = 64 << 10;
+// From this many bytes a member whose readers can all read its process
+// (ShmCollArea::read_directly_by_all) publishes its buffer's address and
+// they copy straight out of it: one copy instead of two.
+constexpr uint64_t kDirectMinBytes = 64 << 10;
+// In a header's data_offset: the rest is an address in the publisher's
+// process, not an offset in its heap.
+constexpr uint64_t kDirectAddress = 1ull << 63;
 
 // The bytes of one ticket of a vector of `bytes` (whole elements of esize):
 // a slot, or a quarter of the vector down to 64 KiB, so that a vector of a
@@ -68,9 +75,11 @@ Task<Status> publish(Coll &c, ShmCollArea &a, uint64_t t, const void *src, uint6
                      bool by_reference);
 
 // Member r's data for ticket t, checked against what this member called:
-// the same ticket, collective and size, and inside r's heap.
+// the same ticket, collective and size, and inside r's heap. With direct,
+// r may instead publish an address in its process (kDirectAddress), if this
+// member reads it directly: then *direct is that address and *data null.
 Status published_data(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t t, uint64_t bytes,
-                      const uint8_t **data);
+                      const uint8_t **data, uint64_t *direct = nullptr);
 
 // This member is done reading ticket t from the others.
 void finish_ticket(ShmCollArea &a, uint64_t t);

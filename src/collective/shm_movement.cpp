@@ -6,8 +6,11 @@
 // of each block, the blocks' parts one after another in the slot, so a reader
 // copies exactly its own parts out of the publisher's slot. A publisher whose
 // whole data lies in its heap (a nexar_mem_alloc buffer) publishes it where
-// it is, at every ticket; when every publisher does, the collective is a
-// single ticket whatever its size. The members with nothing to publish
+// it is, at every ticket; so does a publisher whose readers all read its
+// process directly (ShmCollArea::read_directly_by_all), by the buffer's
+// address, and they copy straight out of it with process_vm_readv. When
+// every publisher does either, the collective is a single ticket whatever
+// its size. The members with nothing to publish
 // announce an empty first ticket, and every member that reads checks every
 // other member's first ticket: all agree on the number of tickets, and a
 // mismatch is seen. A publisher returns once its readers have finished.
@@ -22,6 +25,7 @@
 #include "collective/shm_collectives.h"
 #include "collective/shm_one_ticket.h"
 #include "core/copy.h"
+#include "transport/process_memory.h"
 
 namespace nexar {
 namespace {
@@ -49,7 +53,7 @@ class Movement {
   Task<Status> publish_part(uint64_t k);
   Status check_first(uint32_t r);
   Status check_part(uint32_t r, uint64_t k);
-  void copy_part(uint32_t r, uint64_t k);
+  Status copy_part(uint32_t r, uint64_t k);
   Task<Status> wait_at_end(uint64_t end);
 
   Coll &c_;
@@ -64,10 +68,12 @@ class Movement {
   std::vector<uint32_t> sources_;  // the members this one copies from
   int32_t only_source_ = -1;       // when that is one member (scatter's root)
   bool mine_whole_ = false;        // this member publishes its data where it is
+  bool mine_direct_ = false;       // ... by its address in this process
   uint64_t whole_offset_ = 0;
   uint64_t t0_ = 0;
   std::vector<uint8_t> whole_;         // per member: published where it is
   std::vector<const uint8_t *> data_;  // per member: its data of the current ticket
+  std::vector<uint64_t> direct_;       // per member: its data's address in its process, or 0
 };
 
 Movement::Movement(Coll &c, ShmCollArea &a)
@@ -78,7 +84,8 @@ Movement::Movement(Coll &c, ShmCollArea &a)
       me_(c.rank()),
       root_(c.args().root),
       whole_(c.size(), 0),
-      data_(c.size(), nullptr) {
+      data_(c.size(), nullptr),
+      direct_(c.size(), 0) {
   const CollArgs &g = c.args();
   block_ = uint64_t{g.count} * c.esize();
   src_ = static_cast<const uint8_t *>(g.sendbuf);
@@ -121,6 +128,10 @@ Task<Status> Movement::publish_part(uint64_t k) {
     announce(c_, a_, t, whole_offset_, whole_bytes());
     co_return Status();
   }
+  if (mine_direct_) {
+    announce(c_, a_, t, kDirectAddress | reinterpret_cast<uint64_t>(src_), whole_bytes());
+    co_return Status();
+  }
   // Part k of each block; a member's own block never travels.
   uint8_t *slot = a_.own_slot(t);
   const uint64_t l = len(k);
@@ -133,7 +144,8 @@ Task<Status> Movement::publish_part(uint64_t k) {
 // Member r's first ticket: its whole data where it lies, or its first part.
 Status Movement::check_first(uint32_t r) {
   const bool whole = chunked_tickets_ > 1 && a_.header(r, t0_)->bytes == whole_bytes();
-  Status s = published_data(c_, a_, r, t0_, whole ? whole_bytes() : part_bytes(0), &data_[r]);
+  Status s =
+      published_data(c_, a_, r, t0_, whole ? whole_bytes() : part_bytes(0), &data_[r], &direct_[r]);
   // With one ticket a part is the whole data.
   whole_[r] = whole || chunked_tickets_ == 1;
   return s;
@@ -141,13 +153,24 @@ Status Movement::check_first(uint32_t r) {
 
 Status Movement::check_part(uint32_t r, uint64_t k) {
   if (whole_[r]) return {};
-  return published_data(c_, a_, r, t0_ + k, part_bytes(k), &data_[r]);
+  return published_data(c_, a_, r, t0_ + k, part_bytes(k), &data_[r], &direct_[r]);
 }
 
-void Movement::copy_part(uint32_t r, uint64_t k) {
+Status Movement::copy_part(uint32_t r, uint64_t k) {
   const uint64_t i = blocks_ == 1 ? 0 : me_;
-  const uint8_t *from = whole_[r] ? data_[r] + i * block_ + k * part_ : data_[r] + i * len(k);
-  copy_bytes(dst_ + r * dst_stride_ + k * part_, from, len(k));
+  const uint64_t at = whole_[r] ? i * block_ + k * part_ : i * len(k);
+  uint8_t *to = dst_ + r * dst_stride_ + k * part_;
+  if (!direct_[r]) {
+    copy_bytes(to, data_[r] + at, len(k));
+    return {};
+  }
+  const Status s = read_process_memory(a_.direct_pid(r), direct_[r] + at, to, len(k));
+  if (s) {
+    a_.host().count_read_directly(len(k));
+    return s;
+  }
+  return error(s.code, format("%s: rank %u's data: %s", c_.what(), r, s.message.c_str()),
+               static_cast<int32_t>(r));
 }
 
 // A publisher ends once its readers have finished: they may still read its
@@ -173,6 +196,10 @@ Task<Status> Movement::run() {
                   !(kind_ == CollKind::Alltoall && src_ == dst_) &&
                   a_.in_own_heap(src_, whole_bytes(), &whole_offset_);
     if (mine_whole_) a_.host().count_by_reference(whole_bytes());
+    // Its readers copy out of the buffer itself; in place, an alltoall
+    // overwrites what they still read.
+    mine_direct_ = !mine_whole_ && whole_bytes() >= kDirectMinBytes &&
+                   !(kind_ == CollKind::Alltoall && src_ == dst_) && a_.read_directly_by_all();
     if (!(s = co_await publish_part(0))) co_return s;
   } else {
     // Nothing to give but what it called, for the others to check (ranks
@@ -190,7 +217,7 @@ Task<Status> Movement::run() {
     s = co_await wait_for(c_, a_, ShmCollArea::kPublished, t0_ + 1, "publish its data");
     if (!s) co_return s;
   }
-  bool all_whole = !publishes(me_) || mine_whole_;
+  bool all_whole = !publishes(me_) || mine_whole_ || mine_direct_;
   for (uint32_t r = 0; checks && r < n_; ++r) {
     if (r == me_) continue;
     if (publishes(r)) {
@@ -218,7 +245,7 @@ Task<Status> Movement::run() {
     // The next part goes out while this one is copied.
     if (k + 1 < tickets && publishes(me_) && !(s = co_await publish_part(k + 1))) co_return s;
     for (uint32_t r : sources_)
-      copy_part(r, k);
+      if (!(s = copy_part(r, k))) co_return s;
     finish_ticket(a_, t);
   }
   if (!(s = co_await wait_at_end(t0_ + tickets))) co_return s;

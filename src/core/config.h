@@ -42,6 +42,9 @@ struct Config {
   uint32_t topology = NEXAR_TOPOLOGY_FULL;
   uint32_t shm = NEXAR_SHM_AUTO;
   uint64_t shm_max_bytes = 64ull << 20;
+  // NEXAR_SHM_CMA (auto, off): large collectives on shared memory read the
+  // peers' buffers straight out of their processes where the host allows it.
+  bool shm_cma = true;
   bool elastic = false;               // keep the elastic seed's connection; join a running world
   uint64_t join_timeout_ms = 300000;  // how long a joiner waits to be admitted
   uint32_t topology_degree = 4;

@@ -13,7 +13,7 @@
  *   FAILED <what> status=<code> <message>        (exit 4)
  *
  *   cluster_worker [--env] [--skip-rank R] [--hold-file F] [--sleep-before-join S]
- *                  [--allreduce-loop SECONDS]
+ *                  [--allreduce-loop SECONDS] [--movement]
  *
  * --skip-rank R: rank R is not a worker like this one (a probe): no traffic to
  * it and no collectives. --hold-file F: after the first exchange, wait (at
@@ -24,6 +24,11 @@
  *
  *   LOOP_DONE rank=R rounds=K
  *   LOOP_FAILED rank=R status=<code> failed_rank=F <message>   (exit 5)
+ *
+ * --movement: after the allreduce, an allgather of 256 KiB per rank and an
+ * alltoall of 1 MiB per rank, every byte checked:
+ *
+ *   MOVEMENT_OK rank=R shm_bytes_read_directly=N
  */
 #include <nexar.h>
 #include <pthread.h>
@@ -182,8 +187,57 @@ static int exchange(nexar_comm_t *comm, int skip, int round, size_t bytes) {
   return 0;
 }
 
+/* Byte i of what rank `from` gives rank `to` (to = n: what it gives all). */
+static uint8_t movement_byte(uint32_t from, uint32_t to, size_t i) {
+  return (uint8_t)(i * 31 + from * 7 + to * 13 + 1);
+}
+
+/* Allgather and alltoall of checked bytes; 0 when both are exact. */
+static int movement(nexar_comm_t *comm) {
+  const uint32_t me = nexar_comm_rank(comm), n = nexar_comm_size(comm);
+  const size_t gather = 256 << 10, each = 1 << 20;
+  uint8_t *mine = malloc(gather), *all = malloc(gather * n), *send = malloc(each * n),
+          *recv = malloc(each * n);
+  int bad = !mine || !all || !send || !recv;
+  size_t i;
+  uint32_t r;
+  for (i = 0; !bad && i < gather; i++)
+    mine[i] = movement_byte(me, n, i);
+  for (r = 0; !bad && r < n; r++)
+    for (i = 0; i < each; i++)
+      send[r * each + i] = movement_byte(me, r, i);
+  nexar_status_t s = NEXAR_ERR_NO_MEMORY;
+  if (!bad) s = nexar_allgather(comm, mine, all, gather, NEXAR_DTYPE_U8, NULL, NULL);
+  if (s == NEXAR_OK) s = nexar_alltoall(comm, send, recv, each, NEXAR_DTYPE_U8, NULL, NULL);
+  if (s != NEXAR_OK) {
+    printf("FAILED movement status=%d %s\n", s, nexar_last_error_message());
+    bad = 1;
+  }
+  for (r = 0; !bad && r < n; r++)
+    for (i = 0; i < gather && !bad; i++)
+      bad = all[r * gather + i] != movement_byte(r, n, i);
+  for (r = 0; !bad && r < n; r++)
+    for (i = 0; i < each && !bad; i++)
+      bad = recv[r * each + i] != movement_byte(r, me, i);
+  if (!bad) {
+    nexar_stats_t st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    nexar_comm_get_stats(comm, &st);
+    printf("MOVEMENT_OK rank=%u shm_bytes_read_directly=%llu\n", me,
+           (unsigned long long)st.shm_bytes_read_directly);
+  } else if (s == NEXAR_OK) {
+    printf("FAILED movement: wrong bytes\n");
+  }
+  free(mine);
+  free(all);
+  free(send);
+  free(recv);
+  return bad;
+}
+
 int main(int argc, char **argv) {
-  int use_env = 0, skip = -1, i;
+  int use_env = 0, skip = -1, i, moves = 0;
   const char *hold = NULL;
   double sleep_before = 0, loop_seconds = 0;
   for (i = 1; i < argc; i++) {
@@ -197,6 +251,8 @@ int main(int argc, char **argv) {
       sleep_before = atof(argv[++i]);
     else if (!strcmp(argv[i], "--allreduce-loop") && i + 1 < argc)
       loop_seconds = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--movement"))
+      moves = 1;
     else {
       fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -259,6 +315,10 @@ int main(int argc, char **argv) {
       return 4;
     } else {
       printf("ALLREDUCE_OK rank=%u\n", me);
+    }
+    if (moves && movement(comm)) {
+      nexar_comm_destroy(comm);
+      return 4;
     }
   }
   if (hold) {

@@ -4,8 +4,11 @@
 // workers through a real seed.
 #include <gtest/gtest.h>
 #include <nexar.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -237,6 +240,72 @@ void kill_one_of_local_ranks(int n, int victim) {
 }
 
 }  // namespace
+
+namespace {
+
+// Whether this host lets a process read a sibling's memory
+// (process_vm_readv under the ptrace rules): two children of this process,
+// the second reading the first.
+bool host_lets_siblings_read_each_other() {
+  static uint64_t word = 0x5eed5eed5eed5eedull;
+  const pid_t first = fork();
+  if (first == 0) {
+    pause();
+    _exit(0);
+  }
+  const pid_t second = fork();
+  if (second == 0) {
+    uint64_t seen = 0;
+    iovec local{&seen, sizeof seen}, remote{&word, sizeof word};
+    const ssize_t n = process_vm_readv(first, &local, 1, &remote, 1, 0);
+    _exit(n == static_cast<ssize_t>(sizeof seen) && seen == word ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(second, &status, 0);
+  kill(first, SIGKILL);
+  waitpid(first, nullptr, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace
+
+// Two processes of one host: an allgather of 256 KiB and an alltoall of
+// 1 MiB per rank copy straight out of the peer's process where the host
+// allows it, and through the shared segments with NEXAR_SHM_CMA=off (or
+// where it does not); every byte exact either way.
+TEST(SameHost, LargeMovementBetweenProcessesReadsThePeerDirectly) {
+  using namespace cluster_test;
+  const bool allowed = host_lets_siblings_read_each_other();
+  for (const std::string cma : {"auto", "off"}) {
+    TempDir dir;
+    std::string addr;
+    auto seed =
+        start_seed(dir, "seed", {"--world-size", "2", "--token-file", write_token(dir)}, &addr);
+    Proc::Env env{{"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}, {"NEXAR_SHM_CMA", cma}};
+    std::vector<std::unique_ptr<Proc>> ws;
+    for (int r = 0; r < 2; ++r) {
+      env["NEXAR_RANK"] = std::to_string(r);
+      ws.push_back(worker(dir, "w" + std::to_string(r), env, {"--movement"}));
+    }
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(ws[r]->wait(120)) << ws[r]->dump();
+      EXPECT_EQ(ws[r]->code(), 0) << ws[r]->dump();
+      const std::string out = ws[r]->out();
+      const size_t at = out.find("MOVEMENT_OK rank=" + std::to_string(r));
+      ASSERT_NE(at, std::string::npos) << ws[r]->dump();
+      EXPECT_TRUE(contains(out, "shm_pairs=1")) << ws[r]->dump();
+      const std::string key = "shm_bytes_read_directly=";
+      const unsigned long long direct = std::stoull(out.substr(out.find(key, at) + key.size()));
+      if (cma == "auto" && allowed) {
+        // Its peer's 256 KiB block and its 1 MiB block of the alltoall.
+        EXPECT_EQ(direct, (256ull << 10) + (1ull << 20)) << ws[r]->dump();
+      } else {
+        EXPECT_EQ(direct, 0u) << "NEXAR_SHM_CMA=" << cma << "\n" << ws[r]->dump();
+      }
+    }
+  }
+  if (!allowed) printf("this host does not let processes read their siblings' memory\n");
+}
 
 TEST(SameHost, KilledLocalRankIsNamedAtOnce) {
   kill_one_of_local_ranks(4, 2);
@@ -592,6 +661,8 @@ TEST(SameHost, MovementCollectivesReadThePeersSegmentsExactly) {
         if (mode == 0) {
           EXPECT_EQ(s.shm_collectives, kMovements * cases.size()) << n << " ranks, rank " << r;
           EXPECT_GT(s.shm_bytes_by_reference, 0u) << n << " ranks, rank " << r;
+          // The large plain buffers: read straight out of the process.
+          EXPECT_GT(s.shm_bytes_read_directly, 0u) << n << " ranks, rank " << r;
         } else {
           EXPECT_EQ(s.shm_collectives, 0u);
         }

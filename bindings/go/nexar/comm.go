@@ -203,31 +203,32 @@ func (c *Comm) AsyncError() error {
 // Stats are the counters of a communicator's engine (nexar_stats_t), shared
 // by the communicators split from it.
 type Stats struct {
-	BytesSent           uint64 // payload bytes handed to the transport
-	BytesReceived       uint64 // payload bytes that arrived
-	MessagesSent        uint64
-	MessagesReceived    uint64
-	StreamsOpened       uint64 // QUIC streams opened by this engine, all peers
-	StreamsAccepted     uint64 // QUIC streams opened by peers
-	PendingTags         uint64 // (peer, tag) match state alive right now
-	UnexpectedBytes     uint64 // arrived before their receive, buffered now
-	Connections         uint64 // live QUIC connections
-	RPCRequestsServed   uint64 // RPC requests answered by this engine (any outcome)
-	RPCResponsesDropped uint64 // RPC responses nobody waited for
-	RelayBytesSent      uint64 // payload bytes sent to non-neighbours via relay
-	RelayBytesForwarded uint64 // payload bytes forwarded for other ranks
-	RelayFramesDropped  uint64 // malformed, misrouted or undeliverable relay frames
-	RelayBytesHeld      uint64 // bytes held now for forwarding
-	PacketsFastAEAD     uint64 // QUIC packets protected with ipsec-mb's AES-GCM
-	BytesOpenedInPlace  uint64 // received bytes decrypted straight into the receive buffer
-	BytesSealedInPlace  uint64 // sent bytes encrypted straight from the send buffer
-	SHMPairs            uint64 // peers reached through shared memory
-	SHMBytesSent        uint64 // payload bytes written into shared memory (not in BytesSent)
-	SHMBytesReceived    uint64 // payload bytes read from peers' shared memory
-	SHMCollectives      uint64 // collectives run on shared memory, reading the peers' segments
-	SHMBytesByReference uint64 // payload bytes peers read straight from MemAlloc buffers
-	ConnectionsRefused  uint64 // peers refused at the handshake (docs/security.md)
-	ProtocolViolations  uint64 // connections closed because the peer broke the protocol
+	BytesSent            uint64 // payload bytes handed to the transport
+	BytesReceived        uint64 // payload bytes that arrived
+	MessagesSent         uint64
+	MessagesReceived     uint64
+	StreamsOpened        uint64 // QUIC streams opened by this engine, all peers
+	StreamsAccepted      uint64 // QUIC streams opened by peers
+	PendingTags          uint64 // (peer, tag) match state alive right now
+	UnexpectedBytes      uint64 // arrived before their receive, buffered now
+	Connections          uint64 // live QUIC connections
+	RPCRequestsServed    uint64 // RPC requests answered by this engine (any outcome)
+	RPCResponsesDropped  uint64 // RPC responses nobody waited for
+	RelayBytesSent       uint64 // payload bytes sent to non-neighbours via relay
+	RelayBytesForwarded  uint64 // payload bytes forwarded for other ranks
+	RelayFramesDropped   uint64 // malformed, misrouted or undeliverable relay frames
+	RelayBytesHeld       uint64 // bytes held now for forwarding
+	PacketsFastAEAD      uint64 // QUIC packets protected with ipsec-mb's AES-GCM
+	BytesOpenedInPlace   uint64 // received bytes decrypted straight into the receive buffer
+	BytesSealedInPlace   uint64 // sent bytes encrypted straight from the send buffer
+	SHMPairs             uint64 // peers reached through shared memory
+	SHMBytesSent         uint64 // payload bytes written into shared memory (not in BytesSent)
+	SHMBytesReceived     uint64 // payload bytes read from peers' shared memory
+	SHMCollectives       uint64 // collectives run on shared memory, reading the peers' segments
+	SHMBytesByReference  uint64 // payload bytes peers read straight from MemAlloc buffers
+	ConnectionsRefused   uint64 // peers refused at the handshake (docs/security.md)
+	ProtocolViolations   uint64 // connections closed because the peer broke the protocol
+	SHMBytesReadDirectly uint64 // payload bytes collectives copied straight out of same-host peers' processes (NEXAR_SHM_CMA)
 }
 
 // FlightRecorderDump writes this communicator's recent operations as JSON to
@@ -253,31 +254,32 @@ func (c *Comm) Stats() (Stats, error) {
 		return Stats{}, err
 	}
 	return Stats{
-		BytesSent:           uint64(s.bytes_sent),
-		BytesReceived:       uint64(s.bytes_received),
-		MessagesSent:        uint64(s.messages_sent),
-		MessagesReceived:    uint64(s.messages_received),
-		StreamsOpened:       uint64(s.streams_opened),
-		StreamsAccepted:     uint64(s.streams_accepted),
-		PendingTags:         uint64(s.pending_tags),
-		UnexpectedBytes:     uint64(s.unexpected_bytes),
-		Connections:         uint64(s.connections),
-		RPCRequestsServed:   uint64(s.rpc_requests_served),
-		RPCResponsesDropped: uint64(s.rpc_responses_dropped),
-		RelayBytesSent:      uint64(s.relay_bytes_sent),
-		RelayBytesForwarded: uint64(s.relay_bytes_forwarded),
-		RelayFramesDropped:  uint64(s.relay_frames_dropped),
-		RelayBytesHeld:      uint64(s.relay_bytes_held),
-		PacketsFastAEAD:     uint64(s.packets_fast_aead),
-		BytesOpenedInPlace:  uint64(s.bytes_opened_in_place),
-		BytesSealedInPlace:  uint64(s.bytes_sealed_in_place),
-		SHMPairs:            uint64(s.shm_pairs),
-		SHMBytesSent:        uint64(s.shm_bytes_sent),
-		SHMBytesReceived:    uint64(s.shm_bytes_received),
-		SHMCollectives:      uint64(s.shm_collectives),
-		SHMBytesByReference: uint64(s.shm_bytes_by_reference),
-		ConnectionsRefused:  uint64(s.connections_refused),
-		ProtocolViolations:  uint64(s.protocol_violations),
+		BytesSent:            uint64(s.bytes_sent),
+		BytesReceived:        uint64(s.bytes_received),
+		MessagesSent:         uint64(s.messages_sent),
+		MessagesReceived:     uint64(s.messages_received),
+		StreamsOpened:        uint64(s.streams_opened),
+		StreamsAccepted:      uint64(s.streams_accepted),
+		PendingTags:          uint64(s.pending_tags),
+		UnexpectedBytes:      uint64(s.unexpected_bytes),
+		Connections:          uint64(s.connections),
+		RPCRequestsServed:    uint64(s.rpc_requests_served),
+		RPCResponsesDropped:  uint64(s.rpc_responses_dropped),
+		RelayBytesSent:       uint64(s.relay_bytes_sent),
+		RelayBytesForwarded:  uint64(s.relay_bytes_forwarded),
+		RelayFramesDropped:   uint64(s.relay_frames_dropped),
+		RelayBytesHeld:       uint64(s.relay_bytes_held),
+		PacketsFastAEAD:      uint64(s.packets_fast_aead),
+		BytesOpenedInPlace:   uint64(s.bytes_opened_in_place),
+		BytesSealedInPlace:   uint64(s.bytes_sealed_in_place),
+		SHMPairs:             uint64(s.shm_pairs),
+		SHMBytesSent:         uint64(s.shm_bytes_sent),
+		SHMBytesReceived:     uint64(s.shm_bytes_received),
+		SHMCollectives:       uint64(s.shm_collectives),
+		SHMBytesByReference:  uint64(s.shm_bytes_by_reference),
+		ConnectionsRefused:   uint64(s.connections_refused),
+		ProtocolViolations:   uint64(s.protocol_violations),
+		SHMBytesReadDirectly: uint64(s.shm_bytes_read_directly),
 	}, nil
 }
 

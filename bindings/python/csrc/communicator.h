@@ -198,6 +198,7 @@ class Communicator {
     d["shm_bytes_by_reference"] = s.shm_bytes_by_reference;
     d["connections_refused"] = s.connections_refused;
     d["protocol_violations"] = s.protocol_violations;
+    d["shm_bytes_read_directly"] = s.shm_bytes_read_directly;
     return d;
   }
 

@@ -138,6 +138,7 @@ fn rust_fields() -> Vec<(&'static str, usize, usize)> {
         field!(nexar_stats_t, shm_bytes_by_reference),
         field!(nexar_stats_t, connections_refused),
         field!(nexar_stats_t, protocol_violations),
+        field!(nexar_stats_t, shm_bytes_read_directly),
     ]
 }
 

@@ -257,6 +257,7 @@ pub struct nexar_stats_t {
     pub shm_bytes_by_reference: u64,
     pub connections_refused: u64,
     pub protocol_violations: u64,
+    pub shm_bytes_read_directly: u64,
 }
 
 // ---- RPC ---------------------------------------------------------------------------------

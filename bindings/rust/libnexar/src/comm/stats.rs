@@ -56,6 +56,9 @@ pub struct Stats {
     pub connections_refused: u64,
     /// Connections closed because the peer broke the wire protocol.
     pub protocol_violations: u64,
+    /// Payload bytes collectives copied straight out of same-host peers'
+    /// processes (`NEXAR_SHM_CMA`).
+    pub shm_bytes_read_directly: u64,
 }
 
 impl From<sys::nexar_stats_t> for Stats {
@@ -86,6 +89,7 @@ impl From<sys::nexar_stats_t> for Stats {
             shm_bytes_by_reference: s.shm_bytes_by_reference,
             connections_refused: s.connections_refused,
             protocol_violations: s.protocol_violations,
+            shm_bytes_read_directly: s.shm_bytes_read_directly,
         }
     }
 }

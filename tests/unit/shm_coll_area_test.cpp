@@ -1,8 +1,14 @@
+// A collective area between two real in-process engines with real segments.
+//
 // When a collective on shared memory rings a member: only when that member's
 // wait may sleep (its sleeping word is set), not while it polls the counters.
 // A doorbell is a system call and wakes the member's loop thread; rung on
-// every step it made a small collective several times slower. Counts, not
-// times, on two real in-process engines with real segments.
+// every step it made a small collective several times slower (counts, not
+// times).
+//
+// Direct reads: each member finds out whether it can read the other's
+// process, and an address a peer publishes that does not hold its data is a
+// protocol error naming it, never a crash.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -11,6 +17,9 @@
 #include "client/shm_host.h"
 #include "client_probe.h"
 #include "cluster/local_bootstrap.h"
+#include "collective/coll.h"
+#include "collective/shm_coll_steps.h"
+#include "transport/process_memory.h"
 #include "transport/shm_channel.h"
 
 using namespace nexar;
@@ -18,7 +27,7 @@ using namespace nexar_test;
 
 namespace {
 
-class ShmCollDoorbell : public ::testing::Test {
+class TwoAreas : public ::testing::Test {
  protected:
   void SetUp() override {
     Config cfg;
@@ -27,7 +36,7 @@ class ShmCollDoorbell : public ::testing::Test {
       ASSERT_TRUE(eventually([&] { return channel(r) != nullptr; }))
           << "rank " << r << " has no same-host channel";
     for (uint32_t r = 0; r < 2; ++r)
-      on_loop(r, [&] { area_[r] = ShmCollArea::create(host(r), r, 2); });
+      on_loop(r, [&] { area_[r] = ShmCollArea::create(host(r), r, 2, true); });
     ASSERT_TRUE(area_[0] && area_[1]);
     for (uint32_t r = 0; r < 2; ++r)
       on_loop(r, [&] { attached_[r] = area_[r]->attach(1 - r, 1 - r, area_[1 - r]->offset()); });
@@ -63,7 +72,7 @@ class ShmCollDoorbell : public ::testing::Test {
   bool attached_[2] = {false, false};
 };
 
-TEST_F(ShmCollDoorbell, RingsAMemberWhoseWaitMaySleepAndNotOneThatPolls) {
+TEST_F(TwoAreas, RingsAMemberWhoseWaitMaySleepAndNotOneThatPolls) {
   // Rank 1 waits and may sleep: a change of rank 0's counters rings it, once
   // its loop sleeps (rung once per sleep).
   shm_store(area_[1]->own(ShmCollArea::kSleeping), 1);
@@ -82,6 +91,47 @@ TEST_F(ShmCollDoorbell, RingsAMemberWhoseWaitMaySleepAndNotOneThatPolls) {
     uint64_t seq = 0;
     EXPECT_EQ(ring_from_rank0(&seq), 0u) << "rang a member that polls, step " << i;
   }
+}
+
+TEST_F(TwoAreas, EachReadsTheOtherDirectly) {
+  // In-process engines: the process reads itself, which the host allows.
+  for (uint32_t r = 0; r < 2; ++r) {
+    on_loop(r, [&] {
+      EXPECT_EQ(area_[r]->direct_pid(1 - r), static_cast<uint32_t>(getpid())) << "rank " << r;
+      EXPECT_TRUE(area_[r]->read_directly_by_all()) << "rank " << r;
+    });
+  }
+}
+
+TEST_F(TwoAreas, AnAddressThatHoldsNoDataIsAProtocolErrorNamingThePeer) {
+  const uint64_t bytes = 1 << 20;
+  CollArgs args;
+  args.count = bytes;
+  OpContext op0(&w_[0]->client().loop(), 1, "allgather"),
+      op1(&w_[1]->client().loop(), 1, "allgather");
+  Coll c0(w_[0].get(), &op0, CollKind::Allgather, args, 1),
+      c1(w_[1].get(), &op1, CollKind::Allgather, args, 1);
+  // Rank 0 announces ticket 0 as a buffer at an address nothing is mapped at.
+  const uint64_t nowhere = 4096;
+  on_loop(0,
+          [&] { shm_coll::announce(c0, *area_[0], 0, shm_coll::kDirectAddress | nowhere, bytes); });
+  on_loop(1, [&] {
+    const uint8_t *data = nullptr;
+    uint64_t direct = 0;
+    // A reader that does not take addresses refuses it.
+    Status s = shm_coll::published_data(c1, *area_[1], 0, 0, bytes, &data);
+    EXPECT_EQ(s.code, NEXAR_ERR_PROTOCOL) << s.message;
+    EXPECT_EQ(s.failed_rank, 0);
+    EXPECT_NE(s.message.find("rank 0 published an address"), std::string::npos) << s.message;
+    // One that does gets the address; reading it fails cleanly.
+    s = shm_coll::published_data(c1, *area_[1], 0, 0, bytes, &data, &direct);
+    ASSERT_TRUE(s.ok()) << s.message;
+    EXPECT_EQ(direct, nowhere);
+    std::vector<uint8_t> out(bytes);
+    s = read_process_memory(area_[1]->direct_pid(0), direct, out.data(), bytes);
+    EXPECT_EQ(s.code, NEXAR_ERR_PROTOCOL) << s.message;
+    EXPECT_NE(s.message.find("Bad address"), std::string::npos) << s.message;
+  });
 }
 
 }  // namespace

@@ -1,0 +1,21 @@
+// Reading another process's memory straight into this one's (Linux's
+// process_vm_readv, "cross-memory attach"): one copy between two ranks of a
+// host instead of two through a shared segment. The kernel allows it only
+// where it would allow ptrace (same uid, and Yama's ptrace_scope or a
+// capability permitting); nexar never widens that permission, it only uses
+// it where the host already grants it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace nexar {
+
+// Copies bytes from address in process pid into out. A short read is an
+// error: NEXAR_ERR_PEER_FAILED if the process is gone, NEXAR_ERR_PROTOCOL
+// if the range is not readable there (the peer published a bad address),
+// NEXAR_ERR_AUTH if the host forbids it.
+Status read_process_memory(uint32_t pid, uint64_t address, void *out, uint64_t bytes);
+
+}  // namespace nexar
