@@ -22,6 +22,10 @@ constexpr uint64_t kDirectMinBytes = 64 << 10;
 // In a header's data_offset: the rest is an address in the publisher's
 // process, not an offset in its heap.
 constexpr uint64_t kDirectAddress = 1ull << 63;
+// Above this a broadcast goes chunk by chunk through the root's slot: the
+// root's copy in and the others' copies out overlap, and beat one copy
+// through the kernel.
+constexpr uint64_t kDirectBroadcastMaxBytes = 1 << 20;
 
 // The bytes of one ticket of a vector of `bytes` (whole elements of esize):
 // a slot, or a quarter of the vector down to 64 KiB, so that a vector of a

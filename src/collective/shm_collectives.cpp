@@ -7,6 +7,7 @@
 #include "collective/shm_coll_steps.h"
 #include "collective/shm_one_ticket.h"
 #include "core/copy.h"
+#include "transport/process_memory.h"
 
 namespace nexar {
 namespace {
@@ -23,20 +24,50 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
   const CollArgs &g = c.args();
   const uint64_t bytes = uint64_t{g.count} * c.esize();
   const uint64_t chunk = pipeline_chunk_bytes(bytes, c.esize());
-  const uint64_t chunks = (bytes + chunk - 1) / chunk;
+  uint64_t chunks = (bytes + chunk - 1) / chunk;
   a.set_step_bytes(std::min(chunk, bytes));
-  const uint64_t t0 = a.take_tickets(chunks);
   auto *buf = static_cast<uint8_t *>(g.recvbuf);
   const uint32_t root = g.root;
+  const uint64_t t0 = a.take_tickets(1);
   Status s;
+  // The root's buffer read straight out of its process, in one step (every
+  // member learns so from the root's first ticket).
+  if (c.rank() == root) {
+    uint64_t offset = 0;
+    if (bytes >= kDirectMinBytes && bytes <= kDirectBroadcastMaxBytes &&
+        !a.in_own_heap(buf, bytes, &offset) && a.read_directly_by_all()) {
+      if (!(s = co_await claim_slot(c, a, t0))) co_return s;
+      announce(c, a, t0, kDirectAddress | reinterpret_cast<uint64_t>(buf), bytes);
+      finish_ticket(a, t0);
+      co_return co_await wait_for(c, a, ShmCollArea::kFinished, t0 + 1, "receive the data");
+    }
+  } else {
+    s = co_await wait_for(c, a, ShmCollArea::kPublished, t0 + 1, "publish its data",
+                          static_cast<int32_t>(root));
+    if (!s) co_return s;
+    if (shm_load(&a.header(root, t0)->data_offset) & kDirectAddress) {
+      const uint8_t *none = nullptr;
+      uint64_t address = 0;
+      if (!(s = published_data(c, a, root, t0, bytes, &none, &address))) co_return s;
+      s = read_process_memory(a.direct_pid(root), address, buf, bytes);
+      if (!s)
+        co_return error(s.code, format("%s: rank %u's data: %s", c.what(), root, s.message.c_str()),
+                        static_cast<int32_t>(root));
+      a.host().count_read_directly(bytes);
+      finish_ticket(a, t0);
+      co_return Status();
+    }
+  }
+  if (chunks > 1) a.take_tickets(chunks - 1);
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t t = t0 + k, off = k * chunk;
     const uint64_t len = std::min<uint64_t>(chunk, bytes - off);
     if (c.rank() == root) {
       if (!(s = co_await publish(c, a, t, buf + off, len, true))) co_return s;
     } else {
-      s = co_await wait_for(c, a, ShmCollArea::kPublished, t + 1, "publish its data",
-                            static_cast<int32_t>(root));
+      if (k > 0)
+        s = co_await wait_for(c, a, ShmCollArea::kPublished, t + 1, "publish its data",
+                              static_cast<int32_t>(root));
       if (!s) co_return s;
       const uint8_t *data = nullptr;
       if (!(s = published_data(c, a, root, t, len, &data))) co_return s;

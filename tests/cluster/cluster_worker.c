@@ -25,8 +25,9 @@
  *   LOOP_DONE rank=R rounds=K
  *   LOOP_FAILED rank=R status=<code> failed_rank=F <message>   (exit 5)
  *
- * --movement: after the allreduce, an allgather of 256 KiB per rank and an
- * alltoall of 1 MiB per rank, every byte checked:
+ * --movement: after the allreduce, an allgather of 256 KiB per rank, an
+ * alltoall of 1 MiB per rank and a broadcast of 512 KiB from rank 0, every
+ * byte checked:
  *
  *   MOVEMENT_OK rank=R shm_bytes_read_directly=N
  */
@@ -195,10 +196,10 @@ static uint8_t movement_byte(uint32_t from, uint32_t to, size_t i) {
 /* Allgather and alltoall of checked bytes; 0 when both are exact. */
 static int movement(nexar_comm_t *comm) {
   const uint32_t me = nexar_comm_rank(comm), n = nexar_comm_size(comm);
-  const size_t gather = 256 << 10, each = 1 << 20;
+  const size_t gather = 256 << 10, each = 1 << 20, cast = 512 << 10;
   uint8_t *mine = malloc(gather), *all = malloc(gather * n), *send = malloc(each * n),
-          *recv = malloc(each * n);
-  int bad = !mine || !all || !send || !recv;
+          *recv = malloc(each * n), *bcast = malloc(cast);
+  int bad = !mine || !all || !send || !recv || !bcast;
   size_t i;
   uint32_t r;
   for (i = 0; !bad && i < gather; i++)
@@ -206,9 +207,12 @@ static int movement(nexar_comm_t *comm) {
   for (r = 0; !bad && r < n; r++)
     for (i = 0; i < each; i++)
       send[r * each + i] = movement_byte(me, r, i);
+  for (i = 0; !bad && i < cast; i++)
+    bcast[i] = me == 0 ? movement_byte(0, n, i) : 0;
   nexar_status_t s = NEXAR_ERR_NO_MEMORY;
   if (!bad) s = nexar_allgather(comm, mine, all, gather, NEXAR_DTYPE_U8, NULL, NULL);
   if (s == NEXAR_OK) s = nexar_alltoall(comm, send, recv, each, NEXAR_DTYPE_U8, NULL, NULL);
+  if (s == NEXAR_OK) s = nexar_broadcast(comm, bcast, cast, NEXAR_DTYPE_U8, 0, NULL, NULL);
   if (s != NEXAR_OK) {
     printf("FAILED movement status=%d %s\n", s, nexar_last_error_message());
     bad = 1;
@@ -219,6 +223,8 @@ static int movement(nexar_comm_t *comm) {
   for (r = 0; !bad && r < n; r++)
     for (i = 0; i < each && !bad; i++)
       bad = recv[r * each + i] != movement_byte(r, me, i);
+  for (i = 0; !bad && i < cast; i++)
+    bad = bcast[i] != movement_byte(0, n, i);
   if (!bad) {
     nexar_stats_t st;
     memset(&st, 0, sizeof st);
@@ -233,6 +239,7 @@ static int movement(nexar_comm_t *comm) {
   free(all);
   free(send);
   free(recv);
+  free(bcast);
   return bad;
 }
 

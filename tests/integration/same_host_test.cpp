@@ -270,9 +270,9 @@ bool host_lets_siblings_read_each_other() {
 }  // namespace
 
 // Two processes of one host: an allgather of 256 KiB and an alltoall of
-// 1 MiB per rank copy straight out of the peer's process where the host
-// allows it, and through the shared segments with NEXAR_SHM_CMA=off (or
-// where it does not); every byte exact either way.
+// 1 MiB per rank, and a broadcast of 512 KiB from rank 0, copy straight out
+// of the peer's process where the host allows it, and through the shared segments with
+// NEXAR_SHM_CMA=off (or where it does not); every byte exact either way.
 TEST(SameHost, LargeMovementBetweenProcessesReadsThePeerDirectly) {
   using namespace cluster_test;
   const bool allowed = host_lets_siblings_read_each_other();
@@ -297,8 +297,10 @@ TEST(SameHost, LargeMovementBetweenProcessesReadsThePeerDirectly) {
       const std::string key = "shm_bytes_read_directly=";
       const unsigned long long direct = std::stoull(out.substr(out.find(key, at) + key.size()));
       if (cma == "auto" && allowed) {
-        // Its peer's 256 KiB block and its 1 MiB block of the alltoall.
-        EXPECT_EQ(direct, (256ull << 10) + (1ull << 20)) << ws[r]->dump();
+        // Its peer's 256 KiB block and its 1 MiB block of the alltoall;
+        // rank 1 the broadcast too.
+        EXPECT_EQ(direct, (256ull << 10) + (1ull << 20) + (r == 1 ? 512ull << 10 : 0))
+            << ws[r]->dump();
       } else {
         EXPECT_EQ(direct, 0u) << "NEXAR_SHM_CMA=" << cma << "\n" << ws[r]->dump();
       }
@@ -428,12 +430,26 @@ TEST(SameHost, CollectivesReadThePeersSegmentsWithTheMessagePathsBits) {
       });
       for (uint32_t r = 0; r < n; ++r)
         ASSERT_EQ(buf[r], buf[n - 1]) << "rank " << r;
+      // One from rank 0 that the others read straight out of its buffer
+      // (in-process ranks: the process reads itself), one step.
+      const size_t direct = 300001;
+      for (uint32_t r = 0; r < n; ++r)
+        for (size_t i = 0; i < direct; ++i)
+          buf[r][i] = r == 0 ? static_cast<uint8_t>(i * 17 + 3) : 0;
+      on_each_rank(n, [&](uint32_t r) {
+        EXPECT_EQ(nexar_broadcast(w[r], buf[r].data(), direct, NEXAR_DTYPE_U8, 0, nullptr, nullptr),
+                  NEXAR_OK)
+            << nexar_last_error_message();
+      });
+      for (uint32_t r = 1; r < n; ++r)
+        ASSERT_EQ(memcmp(buf[r].data(), buf[0].data(), direct), 0) << "rank " << r;
       for (uint32_t r = 0; r < n; ++r) {
         const nexar_stats_t s = stats(w[r]);
         if (mode == 0) {
-          // Every allreduce, the broadcast and the barrier.
-          EXPECT_EQ(s.shm_collectives, counts.size() + 2) << n << " ranks, rank " << r;
+          // Every allreduce, the broadcasts and the barrier.
+          EXPECT_EQ(s.shm_collectives, counts.size() + 3) << n << " ranks, rank " << r;
           EXPECT_GT(s.shm_bytes_by_reference, 0u) << n << " ranks, rank " << r;
+          EXPECT_EQ(s.shm_bytes_read_directly, r == 0 ? 0u : direct) << n << " ranks, rank " << r;
         } else {
           EXPECT_EQ(s.shm_collectives, 0u);
         }
