@@ -18,6 +18,10 @@
 //                       counters may sleep (then a change rings it)
 //   line 4   running on: the CPU this member last published or waited on,
 //                       plus one (a waiter on the same CPU yields it)
+//   line 5   withdrawn: the last ticket, plus one, whose data this member
+//                       published by address (direct reads) and gave up
+//                       before its readers finished: they fail, not return
+//                       what its caller may now overwrite
 //   then kSlots slots, each a header line (SlotHeader, then a ticket's data
 //   when it is that small), kSlotBytes of data and kResultBytes for the
 //   slice of it this member reduces
@@ -45,9 +49,10 @@ class ShmCollArea {
     kReduced = 1,
     kFinished = 2,
     kSleeping = 3,
-    kRunningOn = 4
+    kRunningOn = 4,
+    kWithdrawn = 5
   };
-  static constexpr uint32_t kCounterLines = 5;
+  static constexpr uint32_t kCounterLines = 6;
   static constexpr uint32_t kSlots = 2;
   static constexpr uint64_t kSlotBytes = 1ull << 20;
   // What the owner writes before publishing a ticket.

@@ -226,6 +226,21 @@ void finish_ticket(ShmCollArea &a, uint64_t t) {
   a.ring_all();
 }
 
+Withdrawal::~Withdrawal() {
+  // Before this member's caller gets the buffer back (a store the readers'
+  // checks, after their copies, are ordered against).
+  if (armed_ && shm_load(a_.own(ShmCollArea::kWithdrawn)) < t_ + 1)
+    shm_store(a_.own(ShmCollArea::kWithdrawn), t_ + 1);
+}
+
+Status check_not_withdrawn(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t t) {
+  if (shm_load(a.counter(r, ShmCollArea::kWithdrawn)) < t + 1) return {};
+  return error(
+      NEXAR_ERR_ABORTED,
+      format("%s: rank %u gave this collective up while this rank read its buffer", c.what(), r),
+      static_cast<int32_t>(r));
+}
+
 namespace {
 
 // The communicator's area if its collectives run on shared memory: decided

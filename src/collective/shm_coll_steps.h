@@ -88,6 +88,28 @@ Status published_data(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t 
 // This member is done reading ticket t from the others.
 void finish_ticket(ShmCollArea &a, uint64_t t);
 
+// Reading a buffer published by its address (kDirectAddress) is safe only
+// while its owner waits for its readers. An owner that gives up before
+// they finished (it failed) withdraws the ticket on the way out (Withdrawal
+// does it unless told the readers finished), and a reader checks after
+// copying (check_not_withdrawn): one that copied while the owner's caller
+// may have changed the buffer fails instead of returning what it read.
+class Withdrawal {
+ public:
+  Withdrawal(ShmCollArea &a, uint64_t t) : a_(a), t_(t) {}
+  ~Withdrawal();
+  Withdrawal(const Withdrawal &) = delete;
+  Withdrawal &operator=(const Withdrawal &) = delete;
+  void arm() { armed_ = true; }
+  void readers_finished() { armed_ = false; }
+
+ private:
+  ShmCollArea &a_;
+  uint64_t t_;
+  bool armed_ = false;
+};
+Status check_not_withdrawn(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t t);
+
 // Holds the communicator's shared-memory collectives to one at a time, in
 // issue order.
 class Turn {

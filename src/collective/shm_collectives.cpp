@@ -37,9 +37,13 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
     if (bytes >= kDirectMinBytes && bytes <= kDirectBroadcastMaxBytes &&
         !a.in_own_heap(buf, bytes, &offset) && a.read_directly_by_all()) {
       if (!(s = co_await claim_slot(c, a, t0))) co_return s;
+      Withdrawal withdrawal(a, t0);
+      withdrawal.arm();
       announce(c, a, t0, kDirectAddress | reinterpret_cast<uint64_t>(buf), bytes);
       finish_ticket(a, t0);
-      co_return co_await wait_for(c, a, ShmCollArea::kFinished, t0 + 1, "receive the data");
+      s = co_await wait_for(c, a, ShmCollArea::kFinished, t0 + 1, "receive the data");
+      if (s) withdrawal.readers_finished();
+      co_return s;
     }
   } else {
     s = co_await wait_for(c, a, ShmCollArea::kPublished, t0 + 1, "publish its data",
@@ -50,6 +54,8 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
       uint64_t address = 0;
       if (!(s = published_data(c, a, root, t0, bytes, &none, &address))) co_return s;
       s = read_process_memory(a.direct_pid(root), address, buf, bytes);
+      if (s) s = check_not_withdrawn(c, a, root, t0);
+      if (s.code == NEXAR_ERR_ABORTED) co_return s;
       if (!s)
         co_return error(s.code, format("%s: rank %u's data: %s", c.what(), root, s.message.c_str()),
                         static_cast<int32_t>(root));

@@ -164,11 +164,13 @@ Status Movement::copy_part(uint32_t r, uint64_t k) {
     copy_bytes(to, data_[r] + at, len(k));
     return {};
   }
-  const Status s = read_process_memory(a_.direct_pid(r), direct_[r] + at, to, len(k));
+  Status s = read_process_memory(a_.direct_pid(r), direct_[r] + at, to, len(k));
+  if (s) s = check_not_withdrawn(c_, a_, r, t0_);
   if (s) {
     a_.host().count_read_directly(len(k));
     return s;
   }
+  if (s.code == NEXAR_ERR_ABORTED) return s;
   return error(s.code, format("%s: rank %u's data: %s", c_.what(), r, s.message.c_str()),
                static_cast<int32_t>(r));
 }
@@ -189,6 +191,7 @@ Task<Status> Movement::run() {
                     format("%s: %u members are too many for shared memory", c_.what(), n_));
   a_.set_step_bytes(blocks_ * std::min(part_, block_));
   t0_ = a_.take_tickets(1);
+  Withdrawal withdrawal(a_, t0_);
   Status s;
   if (publishes(me_)) {
     // In place, an alltoall overwrites what the others still read.
@@ -200,6 +203,7 @@ Task<Status> Movement::run() {
     // overwrites what they still read.
     mine_direct_ = !mine_whole_ && whole_bytes() >= kDirectMinBytes &&
                    !(kind_ == CollKind::Alltoall && src_ == dst_) && a_.read_directly_by_all();
+    if (mine_direct_) withdrawal.arm();
     if (!(s = co_await publish_part(0))) co_return s;
   } else {
     // Nothing to give but what it called, for the others to check (ranks
@@ -249,6 +253,7 @@ Task<Status> Movement::run() {
     finish_ticket(a_, t);
   }
   if (!(s = co_await wait_at_end(t0_ + tickets))) co_return s;
+  withdrawal.readers_finished();
   // Scatter's root keeps its block last: its buffers may overlap.
   if (kind_ == CollKind::Scatter && me_ == root_) move_bytes(dst_, src_ + root_ * block_, block_);
   co_return Status();

@@ -134,4 +134,44 @@ TEST_F(TwoAreas, AnAddressThatHoldsNoDataIsAProtocolErrorNamingThePeer) {
   });
 }
 
+TEST_F(TwoAreas, AReaderFailsWhenTheOwnerGaveTheBufferUpWhileItRead) {
+  const uint64_t bytes = 1 << 16;
+  CollArgs args;
+  args.count = bytes;
+  OpContext op0(&w_[0]->client().loop(), 1, "allgather"),
+      op1(&w_[1]->client().loop(), 1, "allgather");
+  Coll c0(w_[0].get(), &op0, CollKind::Allgather, args, 1),
+      c1(w_[1].get(), &op1, CollKind::Allgather, args, 1);
+  std::vector<uint8_t> buffer(bytes, 7);
+  std::vector<uint8_t> out(bytes);
+  // Ticket 0 read while its owner waits: fine. Ticket 1's owner fails
+  // before its reader checks (its Withdrawal goes out of scope armed).
+  for (uint64_t t : {0u, 1u}) {
+    on_loop(0, [&] {
+      shm_coll::announce(c0, *area_[0], t,
+                         shm_coll::kDirectAddress | reinterpret_cast<uint64_t>(buffer.data()),
+                         bytes);
+      if (t == 1) {
+        shm_coll::Withdrawal gave_up(*area_[0], t);
+        gave_up.arm();
+      }
+    });
+    on_loop(1, [&] {
+      const uint8_t *data = nullptr;
+      uint64_t direct = 0;
+      ASSERT_TRUE(shm_coll::published_data(c1, *area_[1], 0, t, bytes, &data, &direct).ok());
+      ASSERT_TRUE(read_process_memory(area_[1]->direct_pid(0), direct, out.data(), bytes).ok());
+      EXPECT_EQ(out, buffer);
+      const Status s = shm_coll::check_not_withdrawn(c1, *area_[1], 0, t);
+      if (t == 0) {
+        EXPECT_TRUE(s.ok()) << s.message;
+      } else {
+        EXPECT_EQ(s.code, NEXAR_ERR_ABORTED);
+        EXPECT_EQ(s.failed_rank, 0);
+        EXPECT_NE(s.message.find("rank 0 gave this collective up"), std::string::npos) << s.message;
+      }
+    });
+  }
+}
+
 }  // namespace
