@@ -120,6 +120,7 @@ int main(void) {
   FIELD(nexar_stats_t, shm_bytes_by_reference);
   FIELD(nexar_stats_t, connections_refused);
   FIELD(nexar_stats_t, protocol_violations);
+  FIELD(nexar_stats_t, shm_bytes_read_directly);
   printf("];\n");
 
   printf("/// (name, value) of every constant, as C sees them.\n");
