@@ -99,8 +99,13 @@ class ShmCollArea {
   // false if its channel is gone or the area does not fit that heap. Also
   // finds out whether this member can read r's process directly.
   bool attach(uint32_t r, uint32_t world_rank, uint64_t offset);
-  // Member r's pid when this member reads r's buffers directly, else 0.
-  uint32_t direct_pid(uint32_t r) const { return members_[r].pid; }
+  // Whether this member reads r's buffers directly.
+  bool reads_directly(uint32_t r) const { return members_[r].pid != 0; }
+  // Copies bytes at address in member r's process (reads_directly(r)). A
+  // process that ended, also while it was read, is NEXAR_ERR_PEER_FAILED and
+  // declared failed at once: its channel may not have hung up yet, and every
+  // survivor must hear of the death rather than of this member's failure.
+  Status read_member(uint32_t r, uint64_t address, void *out, uint64_t bytes) const;
   // Whether every other member reads this member's buffers directly (each
   // says so in its identity line once it has checked).
   bool read_directly_by_all() const;
@@ -175,6 +180,7 @@ class ShmCollArea {
     const uint8_t *heap = nullptr;
     uint64_t heap_bytes = 0;
     uint32_t pid = 0;  // set when read directly
+    UniqueFd process;  // tells when pid ended (transport/process_memory.h)
   };
   ShmHost &host_;
   uint32_t rank_;

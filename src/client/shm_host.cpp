@@ -497,6 +497,16 @@ void ShmHost::cut_off(uint32_t peer, const Status &why) {
   if (ShmChannel *c = channel(peer)) c->leave(why, true);
 }
 
+void ShmHost::peer_vanished(uint32_t peer, const Status &why) {
+  // Posted: the operation that saw it is still running, and the death fails
+  // every pending operation with peer, that one included.
+  const Status s = error(NEXAR_ERR_PEER_FAILED,
+                         format("rank %u died: its process ended (%s)", peer, why.message.c_str()),
+                         static_cast<int32_t>(peer));
+  Client *c = &client_;
+  client_.loop().post([c, peer, s] { c->shm_peer_lost(peer, s, false); });
+}
+
 void ShmHost::add_stats(nexar_stats_t *out) const {
   out->shm_pairs = 0;
   out->shm_bytes_sent = 0;

@@ -81,6 +81,9 @@ class ShmHost : private ShmChannelHandler {
   // Ends the channel to peer, which this rank declared failed: a peer that
   // was only frozen reads on waking that it is out, not that a rank left.
   void cut_off(uint32_t peer, const Status &why);
+  // Loop side: peer's process ended, seen before its channel hung up (a
+  // direct read found it gone). Declares it failed, after what runs now.
+  void peer_vanished(uint32_t peer, const Status &why);
   void add_stats(nexar_stats_t *out) const;
   // nexar_mem_alloc's buffers: this segment's heap while the path is on.
   SymmetricMemory &symmetric() { return symmetric_; }

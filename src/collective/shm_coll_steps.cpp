@@ -203,7 +203,7 @@ Status published_data(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t 
                  static_cast<int32_t>(r));
   if (direct) *direct = 0;
   if (offset & kDirectAddress) {
-    if (!direct || !a.direct_pid(r))
+    if (!direct || !a.reads_directly(r))
       return error(NEXAR_ERR_PROTOCOL,
                    format("%s: rank %u published an address in its process, which this rank "
                           "does not read there",
@@ -239,6 +239,13 @@ Status check_not_withdrawn(const Coll &c, const ShmCollArea &a, uint32_t r, uint
       NEXAR_ERR_ABORTED,
       format("%s: rank %u gave this collective up while this rank read its buffer", c.what(), r),
       static_cast<int32_t>(r));
+}
+
+Task<Status> cause_of_withdrawal(Coll &c, Status withdrawn) {
+  constexpr uint64_t kCauseGraceNs = 1'000'000'000;
+  const uint64_t until = std::min(c.deadline_ns(), now_ns() + kCauseGraceNs);
+  const Status s = co_await SleepWait(&c.comm()->client().loop(), c.op(), until);
+  co_return s ? withdrawn : s;
 }
 
 namespace {

@@ -109,6 +109,12 @@ class Withdrawal {
   bool armed_ = false;
 };
 Status check_not_withdrawn(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t t);
+// A withdrawal means the owner's collective failed, most often because a
+// member died or the communicator was revoked, which this member hears of
+// moments later: its operation then fails with that cause, named in its own
+// terms, as it would have had it not been reading. If nothing comes within
+// a second, it fails with withdrawn.
+Task<Status> cause_of_withdrawal(Coll &c, Status withdrawn);
 
 // Holds the communicator's shared-memory collectives to one at a time, in
 // issue order.

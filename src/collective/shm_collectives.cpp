@@ -7,7 +7,6 @@
 #include "collective/shm_coll_steps.h"
 #include "collective/shm_one_ticket.h"
 #include "core/copy.h"
-#include "transport/process_memory.h"
 
 namespace nexar {
 namespace {
@@ -53,9 +52,9 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
       const uint8_t *none = nullptr;
       uint64_t address = 0;
       if (!(s = published_data(c, a, root, t0, bytes, &none, &address))) co_return s;
-      s = read_process_memory(a.direct_pid(root), address, buf, bytes);
+      s = a.read_member(root, address, buf, bytes);
       if (s) s = check_not_withdrawn(c, a, root, t0);
-      if (s.code == NEXAR_ERR_ABORTED) co_return s;
+      if (s.code == NEXAR_ERR_ABORTED) co_return co_await cause_of_withdrawal(c, s);
       if (!s)
         co_return error(s.code, format("%s: rank %u's data: %s", c.what(), root, s.message.c_str()),
                         static_cast<int32_t>(root));

@@ -25,7 +25,6 @@
 #include "collective/shm_collectives.h"
 #include "collective/shm_one_ticket.h"
 #include "core/copy.h"
-#include "transport/process_memory.h"
 
 namespace nexar {
 namespace {
@@ -164,7 +163,7 @@ Status Movement::copy_part(uint32_t r, uint64_t k) {
     copy_bytes(to, data_[r] + at, len(k));
     return {};
   }
-  Status s = read_process_memory(a_.direct_pid(r), direct_[r] + at, to, len(k));
+  Status s = a_.read_member(r, direct_[r] + at, to, len(k));
   if (s) s = check_not_withdrawn(c_, a_, r, t0_);
   if (s) {
     a_.host().count_read_directly(len(k));
@@ -248,8 +247,11 @@ Task<Status> Movement::run() {
     }
     // The next part goes out while this one is copied.
     if (k + 1 < tickets && publishes(me_) && !(s = co_await publish_part(k + 1))) co_return s;
-    for (uint32_t r : sources_)
-      if (!(s = copy_part(r, k))) co_return s;
+    for (uint32_t r : sources_) {
+      if ((s = copy_part(r, k))) continue;
+      if (s.code == NEXAR_ERR_ABORTED) s = co_await cause_of_withdrawal(c_, s);
+      co_return s;
+    }
     finish_ticket(a_, t);
   }
   if (!(s = co_await wait_at_end(t0_ + tickets))) co_return s;

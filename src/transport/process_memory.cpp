@@ -1,8 +1,11 @@
 #include "transport/process_memory.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "core/log.h"
 
@@ -31,6 +34,24 @@ Status read_process_memory(uint32_t pid, uint64_t address, void *out, uint64_t b
                               static_cast<unsigned long long>(address + done), strerror(e)));
   }
   return {};
+}
+
+UniqueFd watch_process(uint32_t pid) {
+#ifdef SYS_pidfd_open
+  return UniqueFd(static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0)));
+#else
+  (void)pid;
+  return UniqueFd();
+#endif
+}
+
+bool process_ended(const UniqueFd &process) {
+  // A pidfd turns readable when its process ends.
+  pollfd p{process.get(), POLLIN, 0};
+  int n;
+  while ((n = poll(&p, 1, 0)) < 0 && errno == EINTR) {
+  }
+  return n != 0;
 }
 
 }  // namespace nexar

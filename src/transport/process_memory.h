@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "core/unique_fd.h"
 
 namespace nexar {
 
@@ -17,5 +18,12 @@ namespace nexar {
 // if the range is not readable there (the peer published a bad address),
 // NEXAR_ERR_AUTH if the host forbids it.
 Status read_process_memory(uint32_t pid, uint64_t address, void *out, uint64_t bytes);
+
+// A handle on process pid (a pidfd) that tells when it ended: once it has,
+// its pid may name another process, and what a read through that pid gave
+// must not be used. Invalid where the kernel has no pidfd.
+UniqueFd watch_process(uint32_t pid);
+// Whether the process behind watch_process's handle has ended.
+bool process_ended(const UniqueFd &process);
 
 }  // namespace nexar

@@ -19,7 +19,6 @@
 #include "cluster/local_bootstrap.h"
 #include "collective/coll.h"
 #include "collective/shm_coll_steps.h"
-#include "transport/process_memory.h"
 #include "transport/shm_channel.h"
 
 using namespace nexar;
@@ -97,7 +96,7 @@ TEST_F(TwoAreas, EachReadsTheOtherDirectly) {
   // In-process engines: the process reads itself, which the host allows.
   for (uint32_t r = 0; r < 2; ++r) {
     on_loop(r, [&] {
-      EXPECT_EQ(area_[r]->direct_pid(1 - r), static_cast<uint32_t>(getpid())) << "rank " << r;
+      EXPECT_TRUE(area_[r]->reads_directly(1 - r)) << "rank " << r;
       EXPECT_TRUE(area_[r]->read_directly_by_all()) << "rank " << r;
     });
   }
@@ -128,7 +127,7 @@ TEST_F(TwoAreas, AnAddressThatHoldsNoDataIsAProtocolErrorNamingThePeer) {
     ASSERT_TRUE(s.ok()) << s.message;
     EXPECT_EQ(direct, nowhere);
     std::vector<uint8_t> out(bytes);
-    s = read_process_memory(area_[1]->direct_pid(0), direct, out.data(), bytes);
+    s = area_[1]->read_member(0, direct, out.data(), bytes);
     EXPECT_EQ(s.code, NEXAR_ERR_PROTOCOL) << s.message;
     EXPECT_NE(s.message.find("Bad address"), std::string::npos) << s.message;
   });
@@ -160,7 +159,7 @@ TEST_F(TwoAreas, AReaderFailsWhenTheOwnerGaveTheBufferUpWhileItRead) {
       const uint8_t *data = nullptr;
       uint64_t direct = 0;
       ASSERT_TRUE(shm_coll::published_data(c1, *area_[1], 0, t, bytes, &data, &direct).ok());
-      ASSERT_TRUE(read_process_memory(area_[1]->direct_pid(0), direct, out.data(), bytes).ok());
+      ASSERT_TRUE(area_[1]->read_member(0, direct, out.data(), bytes).ok());
       EXPECT_EQ(out, buffer);
       const Status s = shm_coll::check_not_withdrawn(c1, *area_[1], 0, t);
       if (t == 0) {
