@@ -13,6 +13,7 @@
 #include "client/shm_wait.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "transport/process_memory.h"
 #include "transport/shm_socket.h"
 
 namespace nexar {
@@ -74,7 +75,11 @@ struct ShmHost::Pairing {
   ev_timer timer;
   bool timer_armed = false;
   std::unique_ptr<ShmChannel> channel;
+  UniqueFd process;  // the peer's process, while the channel is open
 };
+
+// channel_set_'s events: a peer's socket (its world rank), or its process.
+constexpr uint64_t kProcessEvent = uint64_t{1} << 32;
 
 // A connection to the socket that has not said which rank it is yet.
 struct ShmHost::Stranger {
@@ -420,12 +425,18 @@ void ShmHost::establish(Pairing &p) {
   // on_doorbell): a reply over shared memory wakes that caller alone.
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u32 = p.peer;
+  ev.data.u64 = p.peer;
   if (epoll_ctl(channel_set_.get(), EPOLL_CTL_ADD, p.channel->socket(), &ev) != 0)
     p.channel->fail(
         error(NEXAR_ERR_INTERNAL, format("cannot watch the channel to rank %u: epoll_ctl: %s",
                                          p.peer, strerror(errno))),
         false);
+  // The peer's process too: its socket hangs up at its death only if no
+  // child of it holds the socket. Without pidfds, the socket alone tells.
+  p.process = watch_process(p.offer.pid);
+  ev.data.u64 = kProcessEvent | p.peer;
+  if (p.process.valid() && epoll_ctl(channel_set_.get(), EPOLL_CTL_ADD, p.process.get(), &ev) != 0)
+    p.process = UniqueFd();
   LOG_DEBUG("rank %u reaches rank %u through shared memory", client_.identity().rank, p.peer);
   client_.peer_ready(p.peer, p.conn);
 }
@@ -459,9 +470,17 @@ void ShmHost::on_doorbell() {
   do {
     n = epoll_wait(channel_set_.get(), ready, 16, 0);
     for (int i = 0; i < n; ++i) {
-      const uint32_t peer = ready[i].data.u32;
-      if (peer < pairs_.size() && pairs_[peer] && pairs_[peer]->channel)
+      const uint64_t tag = ready[i].data.u64;
+      const auto peer = static_cast<uint32_t>(tag);
+      if (peer >= pairs_.size() || !pairs_[peer] || !pairs_[peer]->channel) continue;
+      if (tag & kProcessEvent) {
+        pairs_[peer]->channel->on_peer_process_ended();
+        // Readable for good now, even if the channel had closed already (this
+        // rank left it): out of the set.
+        pairs_[peer]->process = UniqueFd();
+      } else {
         pairs_[peer]->channel->on_socket_ready();
+      }
     }
   } while (n == 16);
 }
@@ -531,6 +550,7 @@ MessageSink *ShmHost::on_shm_frame(ShmChannel *ch, const wire::FrameHeader &h) {
 void ShmHost::on_shm_closed(ShmChannel *ch, const Status &why, bool left) {
   // A hung-up socket stays readable: it must not ring the doorbell again.
   if (ch->socket() >= 0) epoll_ctl(channel_set_.get(), EPOLL_CTL_DEL, ch->socket(), nullptr);
+  pairs_[ch->peer_rank()]->process = UniqueFd();  // out of the set, too
   client_.shm_peer_lost(ch->peer_rank(), why, left);
 }
 

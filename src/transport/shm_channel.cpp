@@ -421,6 +421,16 @@ void ShmChannel::on_socket_ready() {
   }
 }
 
+void ShmChannel::on_peer_process_ended() {
+  on_socket_ready();
+  if (closed_) return;
+  uint64_t budget = UINT64_MAX;
+  pump_in(&budget);
+  fail(error(NEXAR_ERR_PEER_FAILED, format("rank %u died: its process ended", peer_rank_),
+             static_cast<int32_t>(peer_rank_)),
+       false);
+}
+
 void ShmChannel::fail_refs(const Status &s) {
   while (!refs_waiting_.empty()) {
     SendListener *l = std::exchange(refs_waiting_.front().listener, nullptr);

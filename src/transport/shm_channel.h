@@ -106,6 +106,11 @@ class ShmChannel {
   bool has_work() const;
   // The socket is readable: drains doorbells, notices a goodbye or hang-up.
   void on_socket_ready();
+  // The peer's process ended, which its socket does not say while another
+  // process (a child forked with it) holds the socket too: what the peer sent
+  // before is delivered, then the channel fails as a death unless the peer
+  // said goodbye.
+  void on_peer_process_ended();
   // An orderly end: tells the peer it leaves (or, with cut_off, that this
   // rank declared it failed), closes the socket. Queued messages fail with s.
   void leave(const Status &s, bool cut_off = false);

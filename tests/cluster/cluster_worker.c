@@ -13,7 +13,7 @@
  *   FAILED <what> status=<code> <message>        (exit 4)
  *
  *   cluster_worker [--env] [--skip-rank R] [--hold-file F] [--sleep-before-join S]
- *                  [--allreduce-loop SECONDS] [--movement]
+ *                  [--allreduce-loop SECONDS] [--fork-keeper] [--movement]
  *
  * --skip-rank R: rank R is not a worker like this one (a probe): no traffic to
  * it and no collectives. --hold-file F: after the first exchange, wait (at
@@ -24,6 +24,11 @@
  *
  *   LOOP_DONE rank=R rounds=K
  *   LOOP_FAILED rank=R status=<code> failed_rank=F <message>   (exit 5)
+ *
+ * --fork-keeper: before the loop, fork a child that holds every descriptor
+ * of this process (as a forked data loader would) and only waits, at most
+ * 120 s ("KEEPER rank=R pid=P"): this process's death then closes none of
+ * its sockets.
  *
  * --movement: after the allreduce, an allgather of 256 KiB per rank, an
  * alltoall of 1 MiB per rank and a broadcast of 512 KiB from rank 0, every
@@ -247,6 +252,7 @@ int main(int argc, char **argv) {
   int use_env = 0, skip = -1, i, moves = 0;
   const char *hold = NULL;
   double sleep_before = 0, loop_seconds = 0;
+  int keeper = 0;
   for (i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--env"))
       use_env = 1;
@@ -258,6 +264,8 @@ int main(int argc, char **argv) {
       sleep_before = atof(argv[++i]);
     else if (!strcmp(argv[i], "--allreduce-loop") && i + 1 < argc)
       loop_seconds = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--fork-keeper"))
+      keeper = 1;
     else if (!strcmp(argv[i], "--movement"))
       moves = 1;
     else {
@@ -290,6 +298,18 @@ int main(int argc, char **argv) {
     if (nexar_comm_get_stats(comm, &st) == NEXAR_OK)
       printf("CONNECTIONS rank=%u connections=%llu shm_pairs=%llu\n", me,
              (unsigned long long)st.connections, (unsigned long long)st.shm_pairs);
+  }
+  if (keeper) {
+    const pid_t child = fork();
+    if (child == 0) {
+      /* Only async-signal-safe calls after a fork of a threaded process. Its
+       * own process group: a kill of this one's group spares it. */
+      setpgid(0, 0);
+      alarm(120);
+      for (;;)
+        pause();
+    }
+    printf("KEEPER rank=%u pid=%d\n", me, (int)child);
   }
   if (loop_seconds > 0) {
     int rc = allreduce_loop(comm, loop_seconds);

@@ -197,10 +197,12 @@ TEST(SameHost, StrangerWithoutTheSessionGetsNoSegment) {
 // kill -9 of one of n local ranks while they allreduce: the hang-up of the
 // same-host channels tells the survivors at once; every survivor's loop fails
 // with PEER_FAILED naming it long before any timeout could have told it (the
-// heartbeat timeout is 60 s here); no hang, no crash.
+// heartbeat timeout is 60 s here); no hang, no crash. With keeper, the victim
+// forked a child that holds its sockets: none hangs up, and its process
+// ending must tell instead.
 namespace {
 
-void kill_one_of_local_ranks(int n, int victim) {
+void kill_one_of_local_ranks(int n, int victim, bool keeper = false) {
   using namespace cluster_test;
   TempDir dir;
   std::string addr;
@@ -213,17 +215,35 @@ void kill_one_of_local_ranks(int n, int victim) {
   std::vector<std::unique_ptr<Proc>> ws;
   for (int r = 0; r < n; ++r) {
     env["NEXAR_RANK"] = std::to_string(r);
-    ws.push_back(worker(dir, "w" + std::to_string(r), env, {"--allreduce-loop", "90"}));
+    std::vector<std::string> args{"--allreduce-loop", "90"};
+    if (keeper && r == victim) args.push_back("--fork-keeper");
+    ws.push_back(worker(dir, "w" + std::to_string(r), env, args));
   }
   for (auto &p : ws)
     ASSERT_TRUE(p->wait_output("LOOPING", 60)) << p->dump();
+  // The keeper is the victim's child, not this process's: killed at the end.
+  pid_t kept = 0;
+  if (keeper) {
+    const std::string out = ws[victim]->out(),
+                      key = "KEEPER rank=" + std::to_string(victim) + " pid=";
+    ASSERT_NE(out.find(key), std::string::npos) << ws[victim]->dump();
+    kept = static_cast<pid_t>(std::stol(out.substr(out.find(key) + key.size())));
+    ASSERT_GT(kept, 0);
+  }
+  struct KillAtEnd {
+    pid_t pid;
+    ~KillAtEnd() {
+      if (pid > 0) kill(pid, SIGKILL);
+    }
+  } kill_keeper{kept};
   for (auto &p : ws)
     EXPECT_TRUE(contains(p->out(), "shm_pairs=" + std::to_string(n - 1))) << p->dump();
   const auto killed = std::chrono::steady_clock::now();
   ws[victim]->kill_now();
   const std::string named = "status=-5 failed_rank=" + std::to_string(victim);
   const std::string hung_up =
-      "rank " + std::to_string(victim) + " died: its same-host channel hung up";
+      "rank " + std::to_string(victim) +
+      (keeper ? " died: its process ended" : " died: its same-host channel hung up");
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
     ASSERT_TRUE(ws[r]->wait_output("LOOP_FAILED", 30)) << ws[r]->dump();
@@ -315,6 +335,10 @@ TEST(SameHost, KilledLocalRankIsNamedAtOnce) {
 
 TEST(SameHost, KilledLocalRankOfTwoIsNamedAtOnce) {
   kill_one_of_local_ranks(2, 0);
+}
+
+TEST(SameHost, KilledLocalRankWhoseChildHoldsItsSocketsIsNamedAtOnce) {
+  kill_one_of_local_ranks(3, 1, true);
 }
 
 // Symmetric memory through the C ABI: a 4 MiB message from it (which
