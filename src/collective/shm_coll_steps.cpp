@@ -226,11 +226,15 @@ void finish_ticket(ShmCollArea &a, uint64_t t) {
   a.ring_all();
 }
 
-Withdrawal::~Withdrawal() {
+void withdraw(ShmCollArea &a, uint64_t t) {
   // Before this member's caller gets the buffer back (a store the readers'
   // checks, after their copies, are ordered against).
-  if (armed_ && shm_load(a_.own(ShmCollArea::kWithdrawn)) < t_ + 1)
-    shm_store(a_.own(ShmCollArea::kWithdrawn), t_ + 1);
+  if (shm_load(a.own(ShmCollArea::kWithdrawn)) < t + 1)
+    shm_store(a.own(ShmCollArea::kWithdrawn), t + 1);
+}
+
+Withdrawal::~Withdrawal() {
+  if (armed_) withdraw(a_, t_);
 }
 
 Status check_not_withdrawn(const Coll &c, const ShmCollArea &a, uint32_t r, uint64_t t) {
@@ -239,6 +243,19 @@ Status check_not_withdrawn(const Coll &c, const ShmCollArea &a, uint32_t r, uint
       NEXAR_ERR_ABORTED,
       format("%s: rank %u gave this collective up while this rank read its buffer", c.what(), r),
       static_cast<int32_t>(r));
+}
+
+Status read_published(const Coll &c, ShmCollArea &a, uint32_t r, uint64_t t, uint64_t address,
+                      void *to, uint64_t bytes) {
+  Status s = a.read_member(r, address, to, bytes);
+  if (s) s = check_not_withdrawn(c, a, r, t);
+  if (s) {
+    a.host().count_read_directly(bytes);
+    return s;
+  }
+  if (s.code == NEXAR_ERR_ABORTED) return s;
+  return error(s.code, format("%s: rank %u's data: %s", c.what(), r, s.message.c_str()),
+               static_cast<int32_t>(r));
 }
 
 Task<Status> cause_of_withdrawal(Coll &c, Status withdrawn) {

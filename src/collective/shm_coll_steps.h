@@ -15,10 +15,11 @@ namespace nexar::shm_coll {
 // From this many bytes a chunk of a nexar_mem_alloc buffer is read where it
 // is instead of being copied into the slot.
 constexpr uint64_t kByReferenceMinBytes = 64 << 10;
-// From this many bytes a member whose readers can all read its process
-// (ShmCollArea::read_directly_by_all) publishes its buffer's address and
-// they copy straight out of it: one copy instead of two.
-constexpr uint64_t kDirectMinBytes = 64 << 10;
+// From this many bytes per reader a member whose readers can all read its
+// process (ShmCollArea::read_directly_by_all) publishes its buffer's address
+// and they copy straight out of it: one copy instead of two, which pays for
+// the system call from here.
+constexpr uint64_t kDirectMinBytes = 16 << 10;
 // In a header's data_offset: the rest is an address in the publisher's
 // process, not an offset in its heap.
 constexpr uint64_t kDirectAddress = 1ull << 63;
@@ -94,6 +95,7 @@ void finish_ticket(ShmCollArea &a, uint64_t t);
 // does it unless told the readers finished), and a reader checks after
 // copying (check_not_withdrawn): one that copied while the owner's caller
 // may have changed the buffer fails instead of returning what it read.
+void withdraw(ShmCollArea &a, uint64_t t);
 class Withdrawal {
  public:
   Withdrawal(ShmCollArea &a, uint64_t t) : a_(a), t_(t) {}
@@ -115,6 +117,12 @@ Status check_not_withdrawn(const Coll &c, const ShmCollArea &a, uint32_t r, uint
 // terms, as it would have had it not been reading. If nothing comes within
 // a second, it fails with withdrawn.
 Task<Status> cause_of_withdrawal(Coll &c, Status withdrawn);
+// Copies bytes at address in member r's process, which r published for
+// ticket t, into to, and counts them. A failed read is named after r; a
+// withdrawal comes back as check_not_withdrawn says it (NEXAR_ERR_ABORTED),
+// for cause_of_withdrawal.
+Status read_published(const Coll &c, ShmCollArea &a, uint32_t r, uint64_t t, uint64_t address,
+                      void *to, uint64_t bytes);
 
 // Holds the communicator's shared-memory collectives to one at a time, in
 // issue order.

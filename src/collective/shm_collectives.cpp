@@ -52,13 +52,9 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
       const uint8_t *none = nullptr;
       uint64_t address = 0;
       if (!(s = published_data(c, a, root, t0, bytes, &none, &address))) co_return s;
-      s = a.read_member(root, address, buf, bytes);
-      if (s) s = check_not_withdrawn(c, a, root, t0);
+      s = read_published(c, a, root, t0, address, buf, bytes);
       if (s.code == NEXAR_ERR_ABORTED) co_return co_await cause_of_withdrawal(c, s);
-      if (!s)
-        co_return error(s.code, format("%s: rank %u's data: %s", c.what(), root, s.message.c_str()),
-                        static_cast<int32_t>(root));
-      a.host().count_read_directly(bytes);
+      if (!s) co_return s;
       finish_ticket(a, t0);
       co_return Status();
     }

@@ -38,10 +38,12 @@ namespace nexar {
 // whole vector out of the copies.
 constexpr uint64_t kShmWholeVectorMaxBytes = 16 << 10;
 
-// Up to this many bytes per member an allgather, gather, scatter, alltoall
-// or reduce-scatter takes one ticket of the area (shm_one_ticket.h); below
-// the size a buffer of nexar_mem_alloc is read where it lies.
+// Up to this many bytes per member a reduce-scatter takes one ticket of the
+// area (shm_one_ticket.h); an allgather, gather, scatter or alltoall up to
+// the next (a larger one would take one ticket of the chunked path anyway).
+// Below them a buffer of nexar_mem_alloc is copied, not read where it lies.
 constexpr uint64_t kShmOneTicketMaxBytes = 32 << 10;
+constexpr uint64_t kShmOneTicketMovementMaxBytes = 64 << 10;
 
 // How a reduction on shared memory (kind: Allreduce, Reduce, Scan or
 // Exscan) combines the members' vectors: its message algorithm's order, and

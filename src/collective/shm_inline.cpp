@@ -17,13 +17,20 @@ struct Rest {
   shm_coll::Turn turn;
   shm_coll::ShmNeed need;
   ShmOneTicket steps;
+  Status withdrawn;  // the steps failed on a withdrawal: only its cause is left
 };
 
 Task<Status> go_on(Coll &c, std::shared_ptr<Rest> rest) {
   ShmCollArea &a = *c.comm()->shm_coll().area;  // the turn keeps it
   c.note_algorithm("shm");
-  Status s = co_await shm_coll::wait_for(c, a, rest->need);
-  if (s) s = co_await run_one_ticket(c, a, rest->steps);
+  Status s;
+  if (!rest->withdrawn) {
+    s = co_await shm_coll::cause_of_withdrawal(c, std::move(rest->withdrawn));
+  } else if ((s = co_await shm_coll::wait_for(c, a, rest->need))) {
+    s = co_await run_one_ticket(c, a, rest->steps);
+  } else {
+    rest->steps.end(a, s);
+  }
   co_return shm_coll::after_body(c, std::move(s));
 }
 
@@ -42,8 +49,14 @@ bool run_here(Communicator &comm, CollKind kind, const CollArgs &g, OpContext &o
   ShmOneTicket steps(c, a, kind);
   shm_coll::ShmNeed need{};
   fr::AtOnce record{};
+  Status withdrawn;
   for (;;) {
     Status s = steps.advance(c, a, &need);
+    if (!s || !need.doing) steps.end(a, s);
+    if (!s && steps.saw_withdrawal()) {
+      withdrawn = std::move(s);
+      break;
+    }
     if (!s || !need.doing) {
       s = shm_coll::after_body(c, std::move(s));
       if (s.code == NEXAR_ERR_MISMATCH) comm.announce_mismatch(c.seq(), s.message);
@@ -61,10 +74,11 @@ bool run_here(Communicator &comm, CollKind kind, const CollArgs &g, OpContext &o
     }
     if (!shm_coll::poll_for(c, a, need)) break;
   }
-  // It waits from here: it gets its entry now (go_on records the rest).
+  // It waits from here (for a late member, or for the cause of a
+  // withdrawal): it gets its entry now (go_on records the rest).
   op.set_trace(fr::queued(comm.flight(), op.seq(), c.seq(), op.name().c_str(), began));
   fr::started(comm.flight(), op.trace(), c.seq(), began);
-  auto left = std::make_shared<Rest>(Rest{std::move(turn), need, steps});
+  auto left = std::make_shared<Rest>(Rest{std::move(turn), need, steps, std::move(withdrawn)});
   *rest = [&comm, kind, g, left, deadline = c.deadline_ns()](OpContext *o) {
     return run_collective_as(
         &comm, o, kind, g, [left](Coll &coll) { return go_on(coll, left); }, 0, deadline);

@@ -163,15 +163,7 @@ Status Movement::copy_part(uint32_t r, uint64_t k) {
     copy_bytes(to, data_[r] + at, len(k));
     return {};
   }
-  Status s = a_.read_member(r, direct_[r] + at, to, len(k));
-  if (s) s = check_not_withdrawn(c_, a_, r, t0_);
-  if (s) {
-    a_.host().count_read_directly(len(k));
-    return s;
-  }
-  if (s.code == NEXAR_ERR_ABORTED) return s;
-  return error(s.code, format("%s: rank %u's data: %s", c_.what(), r, s.message.c_str()),
-               static_cast<int32_t>(r));
+  return read_published(c_, a_, r, t0_, direct_[r] + at, to, len(k));
 }
 
 // A publisher ends once its readers have finished: they may still read its
@@ -200,7 +192,7 @@ Task<Status> Movement::run() {
     if (mine_whole_) a_.host().count_by_reference(whole_bytes());
     // Its readers copy out of the buffer itself; in place, an alltoall
     // overwrites what they still read.
-    mine_direct_ = !mine_whole_ && whole_bytes() >= kDirectMinBytes &&
+    mine_direct_ = !mine_whole_ && block_ >= kDirectMinBytes &&
                    !(kind_ == CollKind::Alltoall && src_ == dst_) && a_.read_directly_by_all();
     if (mine_direct_) withdrawal.arm();
     if (!(s = co_await publish_part(0))) co_return s;

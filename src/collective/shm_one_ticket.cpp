@@ -50,10 +50,11 @@ bool ShmOneTicket::fits(CollKind kind, const CollArgs &g, uint32_t members) {
       return g.count > 0 && bytes <= kShmWholeVectorMaxBytes;
     case CollKind::Allgather:
     case CollKind::Gather:
-      return g.count > 0 && bytes <= kShmOneTicketMaxBytes;
-    case CollKind::ReduceScatter:
+      return g.count > 0 && bytes <= kShmOneTicketMovementMaxBytes;
     case CollKind::Scatter:
     case CollKind::Alltoall:
+      return g.count > 0 && bytes * members <= kShmOneTicketMovementMaxBytes;
+    case CollKind::ReduceScatter:
       return g.count > 0 && bytes * members <= kShmOneTicketMaxBytes;
     default:
       return false;
@@ -119,9 +120,30 @@ int32_t ShmOneTicket::waits_for_readers(const Coll &c) const {
   }
 }
 
-void ShmOneTicket::publish(Coll &c, ShmCollArea &a) const {
+bool ShmOneTicket::publishes_by_address(const Coll &c, const ShmCollArea &a,
+                                        const void *src) const {
+  const CollArgs &g = c.args();
+  uint64_t offset = 0;
+  // In place, an alltoall overwrites what the others still read; a
+  // broadcast from nexar_mem_alloc's memory is read where it lies anyway.
+  return (moves(kind_) || kind_ == CollKind::Broadcast) &&
+         block_of(c) >= shm_coll::kDirectMinBytes &&
+         !(kind_ == CollKind::Alltoall && g.sendbuf == g.recvbuf) &&
+         !(kind_ == CollKind::Broadcast && a.in_own_heap(src, block_of(c), &offset)) &&
+         a.read_directly_by_all();
+}
+
+void ShmOneTicket::publish(Coll &c, ShmCollArea &a) {
   const CollArgs &g = c.args();
   const uint32_t me = c.rank();
+  const void *mine = kind_ == CollKind::Broadcast ? g.recvbuf : g.sendbuf;
+  if (announced_bytes(c, me) && publishes_by_address(c, a, mine)) {
+    // The readers copy it out of this process; it ends once they did.
+    by_address_ = true;
+    shm_coll::announce(c, a, t_, shm_coll::kDirectAddress | reinterpret_cast<uint64_t>(mine),
+                       announced_bytes(c, me));
+    return;
+  }
   if (!moves(kind_)) {
     const void *src = kind_ == CollKind::Broadcast ? g.recvbuf : g.sendbuf;
     shm_coll::fill_and_announce(c, a, t_, src, announced_bytes(c, me),
@@ -156,7 +178,22 @@ void ShmOneTicket::copy_own_before(const Coll &c) const {
     copy_bytes(dst + me * block, src + me * block, block);
 }
 
-Status ShmOneTicket::consume(Coll &c, ShmCollArea &a) const {
+Status ShmOneTicket::take(Coll &c, ShmCollArea &a, uint32_t r, const uint8_t *data,
+                          uint64_t address, uint64_t at, void *to, uint64_t bytes) {
+  if (!address) {
+    copy_bytes(to, data + at, bytes);
+    return {};
+  }
+  Status s = shm_coll::read_published(c, a, r, t_, address + at, to, bytes);
+  saw_withdrawal_ = s.code == NEXAR_ERR_ABORTED;
+  return s;
+}
+
+void ShmOneTicket::end(ShmCollArea &a, const Status &s) const {
+  if (!s && by_address_ && !readers_done_) shm_coll::withdraw(a, t_);
+}
+
+Status ShmOneTicket::consume(Coll &c, ShmCollArea &a) {
   const CollArgs &g = c.args();
   Status s;
   if (moves(kind_)) return consume_movement(c, a);
@@ -170,14 +207,14 @@ Status ShmOneTicket::consume(Coll &c, ShmCollArea &a) const {
     if (c.rank() == g.root) return s;
     const uint64_t bytes = block_of(c);
     const uint8_t *data = nullptr;
-    if (!(s = shm_coll::published_data(c, a, g.root, t_, bytes, &data))) return s;
-    copy_bytes(g.recvbuf, data, bytes);
-    return s;
+    uint64_t address = 0;
+    if (!(s = shm_coll::published_data(c, a, g.root, t_, bytes, &data, &address))) return s;
+    return take(c, a, g.root, data, address, 0, g.recvbuf, bytes);
   }
   return consume_reduction(c, a);
 }
 
-Status ShmOneTicket::consume_movement(Coll &c, ShmCollArea &a) const {
+Status ShmOneTicket::consume_movement(Coll &c, ShmCollArea &a) {
   const CollArgs &g = c.args();
   const uint32_t me = c.rank();
   const bool root = me == g.root;
@@ -196,8 +233,12 @@ Status ShmOneTicket::consume_movement(Coll &c, ShmCollArea &a) const {
   for (uint32_t r = 0; r < c.size(); ++r) {
     if (r == me) continue;
     const uint8_t *data = nullptr;
-    if (!(s = shm_coll::published_data(c, a, r, t_, announced_bytes(c, r), &data))) return s;
-    if (reads && publishes(c, r)) copy_bytes(dst + r * stride, data + i * block, block);
+    uint64_t address = 0;
+    if (!(s = shm_coll::published_data(c, a, r, t_, announced_bytes(c, r), &data, &address)))
+      return s;
+    if (reads && publishes(c, r) &&
+        !(s = take(c, a, r, data, address, i * block, dst + r * stride, block)))
+      return s;
   }
   return s;
 }
@@ -284,6 +325,7 @@ Status ShmOneTicket::advance(Coll &c, ShmCollArea &a, ShmNeed *need) {
         break;
       }
       case Phase::Keep: {
+        readers_done_ = true;  // the wait of the Readers phase is over
         // Scatter's root keeps its block last: its buffers may overlap.
         const CollArgs &g = c.args();
         if (kind_ == CollKind::Scatter && c.rank() == g.root)
@@ -300,12 +342,16 @@ Status ShmOneTicket::advance(Coll &c, ShmCollArea &a, ShmNeed *need) {
 }
 
 Task<Status> run_one_ticket(Coll &c, ShmCollArea &a, ShmOneTicket &m) {
+  Status s;
   for (;;) {
     ShmNeed need{};
-    Status s = m.advance(c, a, &need);
-    if (!s || !need.doing) co_return s;
-    if (!(s = co_await shm_coll::wait_for(c, a, need))) co_return s;
+    s = m.advance(c, a, &need);
+    if (!s || !need.doing) break;
+    if (!(s = co_await shm_coll::wait_for(c, a, need))) break;
   }
+  m.end(a, s);
+  if (!s && m.saw_withdrawal()) s = co_await shm_coll::cause_of_withdrawal(c, std::move(s));
+  co_return s;
 }
 
 Task<Status> one_ticket_body(Coll &c, ShmCollArea &a, CollKind kind) {

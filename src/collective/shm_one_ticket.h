@@ -30,6 +30,13 @@ class ShmOneTicket {
   // next step, or with need->doing null once the collective finished (or
   // failed: the status says).
   Status advance(Coll &c, ShmCollArea &a, shm_coll::ShmNeed *need);
+  // Every driver calls it once the collective ended with s: a member that
+  // published its buffer by address and failed before its readers finished
+  // withdraws it (shm_coll::Withdrawal's rule) before its caller gets it back.
+  void end(ShmCollArea &a, const Status &s) const;
+  // It failed because a member it read withdrew its buffer: the driver
+  // waits for the cause (shm_coll::cause_of_withdrawal).
+  bool saw_withdrawal() const { return saw_withdrawal_; }
 
  private:
   enum class Phase : uint8_t { Claim, Publish, Read, Consume, Readers, Keep, Done };
@@ -41,10 +48,15 @@ class ShmOneTicket {
   int32_t reads_from(const Coll &c) const;
   // The bytes member r announces.
   uint64_t announced_bytes(const Coll &c, uint32_t r) const;
-  void publish(Coll &c, ShmCollArea &a) const;
+  // Whether this member publishes src by its address (shm_coll::kDirectMinBytes).
+  bool publishes_by_address(const Coll &c, const ShmCollArea &a, const void *src) const;
+  void publish(Coll &c, ShmCollArea &a);
   void copy_own_before(const Coll &c) const;
-  Status consume(Coll &c, ShmCollArea &a) const;
-  Status consume_movement(Coll &c, ShmCollArea &a) const;
+  Status consume(Coll &c, ShmCollArea &a);
+  Status consume_movement(Coll &c, ShmCollArea &a);
+  // Member r's block at data, or where r published it by address.
+  Status take(Coll &c, ShmCollArea &a, uint32_t r, const uint8_t *data, uint64_t address,
+              uint64_t at, void *to, uint64_t bytes);
   Status consume_reduction(Coll &c, ShmCollArea &a) const;
   // The members that must finish reading before this one ends (-1: every
   // member), or -2: none.
@@ -53,6 +65,9 @@ class ShmOneTicket {
   CollKind kind_;
   uint64_t t_;
   Phase phase_ = Phase::Claim;
+  bool by_address_ = false;
+  bool readers_done_ = false;
+  bool saw_withdrawal_ = false;
 };
 
 // Drives m in a coroutine: its waits sleep when they are long.

@@ -19,6 +19,7 @@
 #include "cluster/local_bootstrap.h"
 #include "collective/coll.h"
 #include "collective/shm_coll_steps.h"
+#include "collective/shm_one_ticket.h"
 #include "transport/shm_channel.h"
 
 using namespace nexar;
@@ -171,6 +172,82 @@ TEST_F(TwoAreas, AReaderFailsWhenTheOwnerGaveTheBufferUpWhileItRead) {
       }
     });
   }
+}
+
+// A collective of one step (ShmOneTicket) whose blocks are large enough
+// publishes them by address; a member that fails before its reader read
+// withdraws its buffer, and the reader does not return what it read: it
+// fails, and says so for its driver, which waits for the cause.
+TEST_F(TwoAreas, AOneStepCollectiveWithdrawsItsBufferWhenItFailsBeforeItsReader) {
+  const uint64_t bytes = shm_coll::kDirectMinBytes;
+  std::vector<uint8_t> send0(bytes, 1), send1(bytes, 2), recv0(2 * bytes), recv1(2 * bytes);
+  CollArgs args0, args1;
+  args0.sendbuf = send0.data();
+  args0.recvbuf = recv0.data();
+  args1.sendbuf = send1.data();
+  args1.recvbuf = recv1.data();
+  args0.count = args1.count = bytes;
+  args0.dtype = args1.dtype = NEXAR_DTYPE_U8;
+  OpContext op0(&w_[0]->client().loop(), 1, "allgather"),
+      op1(&w_[1]->client().loop(), 1, "allgather");
+  Coll c0(w_[0].get(), &op0, CollKind::Allgather, args0, 1),
+      c1(w_[1].get(), &op1, CollKind::Allgather, args1, 1);
+  ASSERT_TRUE(ShmOneTicket::fits(CollKind::Allgather, args0, 2));
+  std::unique_ptr<ShmOneTicket> steps[2];
+  shm_coll::ShmNeed need{};
+  // Both publish and wait for the other's ticket.
+  on_loop(0, [&] {
+    steps[0] = std::make_unique<ShmOneTicket>(c0, *area_[0], CollKind::Allgather);
+    ASSERT_TRUE(steps[0]->advance(c0, *area_[0], &need).ok());
+    ASSERT_NE(need.doing, nullptr);
+    const uint64_t offset = shm_load(&area_[0]->header(0, 0)->data_offset);
+    EXPECT_EQ(offset, shm_coll::kDirectAddress | reinterpret_cast<uint64_t>(send0.data()));
+  });
+  on_loop(1, [&] {
+    steps[1] = std::make_unique<ShmOneTicket>(c1, *area_[1], CollKind::Allgather);
+    ASSERT_TRUE(steps[1]->advance(c1, *area_[1], &need).ok());
+    ASSERT_NE(need.doing, nullptr);
+  });
+  // Rank 0 fails (its deadline, say) before rank 1 read its block.
+  on_loop(0, [&] {
+    steps[0]->end(*area_[0], error(NEXAR_ERR_TIMEOUT, "gave up"));
+    EXPECT_EQ(shm_load(area_[0]->own(ShmCollArea::kWithdrawn)), 1u);
+  });
+  on_loop(1, [&] {
+    const Status s = steps[1]->advance(c1, *area_[1], &need);
+    EXPECT_EQ(s.code, NEXAR_ERR_ABORTED) << s.message;
+    EXPECT_EQ(s.failed_rank, 0);
+    EXPECT_TRUE(steps[1]->saw_withdrawal());
+    steps[1]->end(*area_[1], s);
+    // Rank 1 failed too before rank 0 read its block: it withdraws as well.
+    EXPECT_EQ(shm_load(area_[1]->own(ShmCollArea::kWithdrawn)), 1u);
+  });
+  on_loop(0, [&] { steps[0].reset(); });
+  on_loop(1, [&] { steps[1].reset(); });
+
+  // Ticket 1: rank 0 read rank 1's block and waits for rank 1 to read its
+  // own; failing there, it withdraws too. Rank 1 then reads all of it.
+  on_loop(0, [&] {
+    steps[0] = std::make_unique<ShmOneTicket>(c0, *area_[0], CollKind::Allgather);
+    ASSERT_TRUE(steps[0]->advance(c0, *area_[0], &need).ok());
+  });
+  on_loop(1, [&] {
+    steps[1] = std::make_unique<ShmOneTicket>(c1, *area_[1], CollKind::Allgather);
+    ASSERT_TRUE(steps[1]->advance(c1, *area_[1], &need).ok());
+  });
+  on_loop(0, [&] {
+    ASSERT_TRUE(steps[0]->advance(c0, *area_[0], &need).ok());
+    EXPECT_STREQ(need.doing, "receive the data");
+    EXPECT_EQ(recv0[bytes], 2);
+    steps[0]->end(*area_[0], error(NEXAR_ERR_ABORTED, "aborted"));
+    EXPECT_EQ(shm_load(area_[0]->own(ShmCollArea::kWithdrawn)), 2u);
+  });
+  on_loop(1, [&] {
+    EXPECT_EQ(steps[1]->advance(c1, *area_[1], &need).code, NEXAR_ERR_ABORTED);
+    EXPECT_TRUE(steps[1]->saw_withdrawal());
+  });
+  on_loop(0, [&] { steps[0].reset(); });
+  on_loop(1, [&] { steps[1].reset(); });
 }
 
 }  // namespace
