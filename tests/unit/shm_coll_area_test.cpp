@@ -27,6 +27,29 @@ using namespace nexar_test;
 
 namespace {
 
+// An allgather's operation and collective on each of two members.
+struct Allgathers {
+  Allgathers(std::vector<std::unique_ptr<Communicator>> &w, const CollArgs &args0,
+             const CollArgs &args1)
+      : a0(args0),
+        a1(args1),
+        op0(&w[0]->client().loop(), 1, "allgather"),
+        op1(&w[1]->client().loop(), 1, "allgather"),
+        c0(w[0].get(), &op0, CollKind::Allgather, a0, 1),
+        c1(w[1].get(), &op1, CollKind::Allgather, a1, 1) {}
+  // Of count bytes each, with no buffers (the test announces its own).
+  Allgathers(std::vector<std::unique_ptr<Communicator>> &w, uint64_t count)
+      : Allgathers(w, counted(count), counted(count)) {}
+  static CollArgs counted(uint64_t count) {
+    CollArgs a;
+    a.count = count;
+    return a;
+  }
+  CollArgs a0, a1;
+  OpContext op0, op1;
+  Coll c0, c1;
+};
+
 class TwoAreas : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -105,12 +128,8 @@ TEST_F(TwoAreas, EachReadsTheOtherDirectly) {
 
 TEST_F(TwoAreas, AnAddressThatHoldsNoDataIsAProtocolErrorNamingThePeer) {
   const uint64_t bytes = 1 << 20;
-  CollArgs args;
-  args.count = bytes;
-  OpContext op0(&w_[0]->client().loop(), 1, "allgather"),
-      op1(&w_[1]->client().loop(), 1, "allgather");
-  Coll c0(w_[0].get(), &op0, CollKind::Allgather, args, 1),
-      c1(w_[1].get(), &op1, CollKind::Allgather, args, 1);
+  Allgathers g(w_, bytes);
+  Coll &c0 = g.c0, &c1 = g.c1;
   // Rank 0 announces ticket 0 as a buffer at an address nothing is mapped at.
   const uint64_t nowhere = 4096;
   on_loop(0,
@@ -136,12 +155,8 @@ TEST_F(TwoAreas, AnAddressThatHoldsNoDataIsAProtocolErrorNamingThePeer) {
 
 TEST_F(TwoAreas, AReaderFailsWhenTheOwnerGaveTheBufferUpWhileItRead) {
   const uint64_t bytes = 1 << 16;
-  CollArgs args;
-  args.count = bytes;
-  OpContext op0(&w_[0]->client().loop(), 1, "allgather"),
-      op1(&w_[1]->client().loop(), 1, "allgather");
-  Coll c0(w_[0].get(), &op0, CollKind::Allgather, args, 1),
-      c1(w_[1].get(), &op1, CollKind::Allgather, args, 1);
+  Allgathers g(w_, bytes);
+  Coll &c0 = g.c0, &c1 = g.c1;
   std::vector<uint8_t> buffer(bytes, 7);
   std::vector<uint8_t> out(bytes);
   // Ticket 0 read while its owner waits: fine. Ticket 1's owner fails
@@ -188,10 +203,8 @@ TEST_F(TwoAreas, AOneStepCollectiveWithdrawsItsBufferWhenItFailsBeforeItsReader)
   args1.recvbuf = recv1.data();
   args0.count = args1.count = bytes;
   args0.dtype = args1.dtype = NEXAR_DTYPE_U8;
-  OpContext op0(&w_[0]->client().loop(), 1, "allgather"),
-      op1(&w_[1]->client().loop(), 1, "allgather");
-  Coll c0(w_[0].get(), &op0, CollKind::Allgather, args0, 1),
-      c1(w_[1].get(), &op1, CollKind::Allgather, args1, 1);
+  Allgathers g(w_, args0, args1);
+  Coll &c0 = g.c0, &c1 = g.c1;
   ASSERT_TRUE(ShmOneTicket::fits(CollKind::Allgather, args0, 2));
   std::unique_ptr<ShmOneTicket> steps[2];
   shm_coll::ShmNeed need{};
