@@ -29,7 +29,7 @@ ShmCollArea::ShmCollArea(ShmHost &host, uint32_t rank, uint32_t size, uint8_t *o
                          bool direct)
     : host_(host), rank_(rank), own_(own), offset_(offset), members_(size), direct_(direct) {
   const OwnShmSegment &seg = host.segment();
-  members_[rank] = {0, own, seg.heap(), seg.heap_bytes(), 0, UniqueFd()};
+  members_[rank] = {0, own, seg.heap(), seg.heap_bytes(), 0};
 }
 
 ShmCollArea::~ShmCollArea() {
@@ -42,20 +42,19 @@ bool ShmCollArea::attach(uint32_t r, uint32_t world_rank, uint64_t offset) {
   const PeerShmSegment &seg = ch->peer_segment();
   if (offset > seg.heap_bytes() || seg.heap_bytes() - offset < kAreaBytes || offset % kShmLine)
     return false;
-  members_[r] = {world_rank, seg.heap() + offset, seg.heap(), seg.heap_bytes(), 0, UniqueFd()};
+  members_[r] = {world_rank, seg.heap() + offset, seg.heap(), seg.heap_bytes(), 0};
   // r's identity, read through its process: the same two words mean that
-  // pid is r's process and the host lets this one read it. The handle is
-  // taken first: if that process still runs after the read, the pid was its.
+  // pid is r's process and the host lets this one read it. The host's
+  // handle on that process was taken when the channel opened: if it still
+  // runs after the read, the pid was its.
   const uint32_t pid = host_.peer_pid(world_rank);
   if (!direct_ || !pid || r >= kMaxDirectMembers || rank_ >= kMaxDirectMembers) return true;
   const auto *theirs = reinterpret_cast<const Identity *>(members_[r].area);
   const uint64_t address = shm_load(&theirs->address), nonce = shm_load(&theirs->nonce);
   uint64_t seen[2] = {};
-  UniqueFd process = watch_process(pid);
-  if (process.valid() && nonce && read_process_memory(pid, address, seen, sizeof seen).ok() &&
-      seen[0] == address && seen[1] == nonce && !process_ended(process)) {
+  if (nonce && read_process_memory(pid, address, seen, sizeof seen).ok() && seen[0] == address &&
+      seen[1] == nonce && !host_.peer_process_ended(world_rank)) {
     members_[r].pid = pid;
-    members_[r].process = std::move(process);
     uint64_t *word = &reinterpret_cast<Identity *>(own_)->reads_directly[r / 64];
     shm_store(word, shm_load(word) | (uint64_t{1} << (r % 64)));
   }
@@ -65,9 +64,9 @@ bool ShmCollArea::attach(uint32_t r, uint32_t world_rank, uint64_t offset) {
 Status ShmCollArea::read_member(uint32_t r, uint64_t address, void *out, uint64_t bytes) const {
   const Member &m = members_[r];
   Status s = read_process_memory(m.pid, address, out, bytes);
-  if (s && process_ended(m.process))
-    s = error(NEXAR_ERR_PEER_FAILED, format("process %u ended while it was read", m.pid));
-  if (s.code == NEXAR_ERR_PEER_FAILED) host_.peer_vanished(m.world_rank, s);
+  if (s && host_.peer_process_ended(m.world_rank))
+    s = error(NEXAR_ERR_PEER_FAILED, format("process %u ended or left while it was read", m.pid));
+  if (s.code == NEXAR_ERR_PEER_FAILED) host_.peer_vanished(m.world_rank);
   return s;
 }
 

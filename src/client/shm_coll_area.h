@@ -180,7 +180,6 @@ class ShmCollArea {
     const uint8_t *heap = nullptr;
     uint64_t heap_bytes = 0;
     uint32_t pid = 0;  // set when read directly
-    UniqueFd process;  // tells when pid ended (transport/process_memory.h)
   };
   ShmHost &host_;
   uint32_t rank_;

@@ -495,6 +495,10 @@ uint32_t ShmHost::peer_pid(uint32_t peer) const {
   return channel(peer) ? pairs_[peer]->offer.pid : 0;
 }
 
+bool ShmHost::peer_process_ended(uint32_t peer) const {
+  return !channel(peer) || !pairs_[peer]->process.valid() || process_ended(pairs_[peer]->process);
+}
+
 std::string ShmHost::host_key_of(uint32_t peer) const {
   if (peer == client_.identity().rank) return host_key_;
   if (peer >= pairs_.size() || !pairs_[peer] || !pairs_[peer]->offer_in) return {};
@@ -516,14 +520,13 @@ void ShmHost::cut_off(uint32_t peer, const Status &why) {
   if (ShmChannel *c = channel(peer)) c->leave(why, true);
 }
 
-void ShmHost::peer_vanished(uint32_t peer, const Status &why) {
+void ShmHost::peer_vanished(uint32_t peer) {
   // Posted: the operation that saw it is still running, and the death fails
-  // every pending operation with peer, that one included.
-  const Status s = error(NEXAR_ERR_PEER_FAILED,
-                         format("rank %u died: its process ended (%s)", peer, why.message.c_str()),
-                         static_cast<int32_t>(peer));
-  Client *c = &client_;
-  client_.loop().post([c, peer, s] { c->shm_peer_lost(peer, s, false); });
+  // every pending operation with peer, that one included. (The loop stops
+  // before this host goes.)
+  client_.loop().post([this, peer] {
+    if (ShmChannel *c = channel(peer)) c->on_peer_process_ended();
+  });
 }
 
 void ShmHost::add_stats(nexar_stats_t *out) const {

@@ -70,6 +70,10 @@ class ShmHost : private ShmChannelHandler {
   // The pid of peer's process (its offer, which its socket's credentials
   // confirmed), or 0 without an open channel.
   uint32_t peer_pid(uint32_t peer) const;
+  // Whether peer's process ended, or can no longer be told (no open channel
+  // to it, or no pidfd on it): what a read through its pid gave is then not
+  // to be used, for the pid may name another process.
+  bool peer_process_ended(uint32_t peer) const;
   // The host key (boot id, network namespace, uid) world rank peer offered,
   // or this rank's own: what every offer of that rank carries. Empty when
   // its path is off (NEXAR_SHM=off) or no offer came from it.
@@ -81,9 +85,10 @@ class ShmHost : private ShmChannelHandler {
   // Ends the channel to peer, which this rank declared failed: a peer that
   // was only frozen reads on waking that it is out, not that a rank left.
   void cut_off(uint32_t peer, const Status &why);
-  // Loop side: peer's process ended, seen before its channel hung up (a
-  // direct read found it gone). Declares it failed, after what runs now.
-  void peer_vanished(uint32_t peer, const Status &why);
+  // Loop side: peer's process is gone, seen before its channel hung up (a
+  // direct read found it so). Its channel fails as at the end of its
+  // process, after what runs now.
+  void peer_vanished(uint32_t peer);
   void add_stats(nexar_stats_t *out) const;
   // nexar_mem_alloc's buffers: this segment's heap while the path is on.
   SymmetricMemory &symmetric() { return symmetric_; }

@@ -23,7 +23,7 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
   const CollArgs &g = c.args();
   const uint64_t bytes = uint64_t{g.count} * c.esize();
   const uint64_t chunk = pipeline_chunk_bytes(bytes, c.esize());
-  uint64_t chunks = (bytes + chunk - 1) / chunk;
+  const uint64_t chunks = (bytes + chunk - 1) / chunk;
   a.set_step_bytes(std::min(chunk, bytes));
   auto *buf = static_cast<uint8_t *>(g.recvbuf);
   const uint32_t root = g.root;

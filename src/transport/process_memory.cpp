@@ -46,6 +46,7 @@ UniqueFd watch_process(uint32_t pid) {
 }
 
 bool process_ended(const UniqueFd &process) {
+  if (!process.valid()) return true;
   // A pidfd turns readable when its process ends.
   pollfd p{process.get(), POLLIN, 0};
   int n;

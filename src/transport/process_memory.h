@@ -23,7 +23,8 @@ Status read_process_memory(uint32_t pid, uint64_t address, void *out, uint64_t b
 // its pid may name another process, and what a read through that pid gave
 // must not be used. Invalid where the kernel has no pidfd.
 UniqueFd watch_process(uint32_t pid);
-// Whether the process behind watch_process's handle has ended.
+// Whether the process behind watch_process's handle has ended (true for an
+// invalid handle: nothing says it still runs).
 bool process_ended(const UniqueFd &process);
 
 }  // namespace nexar
