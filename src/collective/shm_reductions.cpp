@@ -86,6 +86,8 @@ Task<Status> reduce_from_copies(Coll &c, ShmCollArea &a, ReductionOrder order, R
 // Per chunk of at most one slot: member r reduces slice r of the chunk out
 // of every member's slot into its result area; target (or everyone) copies
 // the reduced slices out. Sources of nexar_mem_alloc are read where they are.
+// A member reads its own slice out of its source: only the others' slices
+// are copied into its slot.
 Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, ReductionInputs x,
                            int32_t target) {
   const CollArgs &g = c.args();
@@ -99,7 +101,29 @@ Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, Reduct
   auto *dst = static_cast<uint8_t *>(g.recvbuf);
   auto chunk_first = [&](uint64_t k) { return static_cast<size_t>(k * per_chunk); };
   auto chunk_count = [&](uint64_t k) { return std::min(per_chunk, g.count - chunk_first(k)); };
-  Status s = co_await publish(c, a, t0, src, chunk_count(0) * esize, true);
+  uint64_t heap_offset = 0;
+  const bool by_reference = uint64_t{per_chunk} * esize >= kByReferenceMinBytes &&
+                            a.in_own_heap(src, uint64_t{g.count} * esize, &heap_offset);
+  auto publish_chunk = [&](uint64_t k) -> Task<Status> {
+    const uint64_t t = t0 + k;
+    const uint8_t *from = src + chunk_first(k) * esize;
+    const size_t count = chunk_count(k);
+    Status s = co_await claim_slot(c, a, t);
+    if (!s) co_return s;
+    if (by_reference) {
+      fill_and_announce(c, a, t, from, count * esize, true);
+      co_return s;
+    }
+    const sched::ChunkLayout slices(count, n);
+    uint8_t *slot = a.own_slot(t);
+    for (uint32_t r = 0; r < n; ++r)
+      if (r != me)
+        copy_bytes(slot + slices.offset(r) * esize, from + slices.offset(r) * esize,
+                   slices.length(r) * esize);
+    announce(c, a, t, a.own_slot_offset(t), count * esize);
+    co_return s;
+  };
+  Status s = co_await publish_chunk(0);
   if (!s) co_return s;
   std::vector<const uint8_t *> in(n);
   for (uint64_t k = 0; k < chunks; ++k) {
@@ -110,16 +134,13 @@ Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, Reduct
     for (uint32_t r = 0; r < n; ++r)
       if (!(s = published_data(c, a, r, t, count * esize, &in[r]))) co_return s;
     // The next chunk goes out while this one's slices are reduced.
-    if (k + 1 < chunks) {
-      s = co_await publish(c, a, t + 1, src + chunk_first(k + 1) * esize,
-                           chunk_count(k + 1) * esize, true);
-      if (!s) co_return s;
-    }
+    if (k + 1 < chunks && !(s = co_await publish_chunk(k + 1))) co_return s;
     // Slice me, reduced once into this member's result area, then copied.
     const sched::ChunkLayout slices(count, n);
     const size_t off = slices.offset(me) * esize;
     for (uint32_t r = 0; r < n; ++r)
       x.x[r] = in[r] + off;
+    x.x[me] = src + first * esize + off;
     reduce_in_order(order, x, first + slices.offset(me), slices.length(me), a.own_result(t),
                     c.pool());
     shm_store(a.own(ShmCollArea::kReduced), t + 1);
@@ -167,7 +188,8 @@ Task<Status> exscan_body(Coll &c, ShmCollArea &a) {
 
 // Reduce-scatter: a ticket carries piece k of every block (at most a slot's
 // share each), laid out block after block; member r reduces the pieces of
-// block r straight into its recvbuf, in the ring's order.
+// block r straight into its recvbuf, in the ring's order, its own piece read
+// where it is (only r reads it, so it is not copied into the slot).
 Task<Status> reduce_scatter_body(Coll &c, ShmCollArea &a) {
   if (ShmOneTicket::fits(CollKind::ReduceScatter, c.args(), c.size()))
     co_return co_await one_ticket_body(c, a, CollKind::ReduceScatter);
@@ -181,13 +203,21 @@ Task<Status> reduce_scatter_body(Coll &c, ShmCollArea &a) {
   const auto *src = static_cast<const uint8_t *>(g.sendbuf);
   auto *dst = static_cast<uint8_t *>(g.recvbuf);
   auto piece_count = [&](uint64_t k) { return std::min<size_t>(per_piece, block - k * per_piece); };
+  // The reduction may not write over its inputs: a recvbuf over this
+  // member's own block has that block copied like the others.
+  const uint8_t *own_block = src + uint64_t{me} * block * esize;
+  const auto own_at = reinterpret_cast<uintptr_t>(own_block);
+  const auto dst_at = reinterpret_cast<uintptr_t>(dst);
+  const bool read_own_block_where_it_is =
+      dst_at + block * esize <= own_at || own_at + block * esize <= dst_at;
   auto publish_pieces = [&](uint64_t t, uint64_t k) -> Task<Status> {
     Status s = co_await claim_slot(c, a, t);
     if (!s) co_return s;
     const size_t len = piece_count(k) * esize;
     uint8_t *slot = a.own_slot(t);
     for (uint32_t b = 0; b < n; ++b)
-      copy_bytes(slot + b * len, src + (b * block + k * per_piece) * esize, len);
+      if (b != me || !read_own_block_where_it_is)
+        copy_bytes(slot + b * len, src + (b * block + k * per_piece) * esize, len);
     announce(c, a, t, a.own_slot_offset(t), len * n);
     co_return Status();
   };
@@ -203,6 +233,7 @@ Task<Status> reduce_scatter_body(Coll &c, ShmCollArea &a) {
       if (!(s = published_data(c, a, r, t, len * n, &x.x[r]))) co_return s;
       x.x[r] += me * len;
     }
+    if (read_own_block_where_it_is) x.x[me] = own_block + k * per_piece * esize;
     if (k + 1 < tickets && !(s = co_await publish_pieces(t + 1, k + 1))) co_return s;
     reduce_in_order(ReductionOrder::Ring, x, me * block + k * per_piece, count,
                     dst + k * per_piece * esize, c.pool());
