@@ -166,9 +166,12 @@ Status config_from_options(const nexar_comm_options_t *opts, Config *out) {
 
   if (const char *v = env("NEXAR_SHM_CMA")) {
     if (strcasecmp(v, "off") == 0 || strcmp(v, "0") == 0)
-      c.shm_cma = false;
+      c.shm_cma = Config::ShmCma::Off;
+    else if (strcasecmp(v, "on") == 0 || strcmp(v, "1") == 0)
+      c.shm_cma = Config::ShmCma::On;
     else if (strcasecmp(v, "auto") != 0)
-      return error(NEXAR_ERR_INVALID_ARGUMENT, format("NEXAR_SHM_CMA=%s: expected auto or off", v));
+      return error(NEXAR_ERR_INVALID_ARGUMENT,
+                   format("NEXAR_SHM_CMA=%s: expected auto, on or off", v));
   }
 
   if (c.completion_mode > NEXAR_COMPLETION_POLLED)

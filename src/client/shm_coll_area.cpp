@@ -1,5 +1,6 @@
 #include "client/shm_coll_area.h"
 
+#include <atomic>
 #include <cstring>
 
 #include <gnutls/crypto.h>
@@ -10,7 +11,7 @@
 namespace nexar {
 
 std::unique_ptr<ShmCollArea> ShmCollArea::create(ShmHost &host, uint32_t rank, uint32_t size,
-                                                 bool direct) {
+                                                 Config::ShmCma cma) {
   uint64_t offset = 0;
   uint8_t *own = host.allocate_shared(kAreaBytes, &offset);
   if (!own) return nullptr;
@@ -21,13 +22,13 @@ std::unique_ptr<ShmCollArea> ShmCollArea::create(ShmHost &host, uint32_t rank, u
     memset(own + slot_offset(s), 0, kShmLine);
   auto *id = reinterpret_cast<Identity *>(own);
   id->address = reinterpret_cast<uint64_t>(own);
-  if (gnutls_rnd(GNUTLS_RND_NONCE, &id->nonce, sizeof id->nonce) < 0) direct = false;
-  return std::make_unique<ShmCollArea>(host, rank, size, own, offset, direct);
+  if (gnutls_rnd(GNUTLS_RND_NONCE, &id->nonce, sizeof id->nonce) < 0) cma = Config::ShmCma::Off;
+  return std::make_unique<ShmCollArea>(host, rank, size, own, offset, cma);
 }
 
 ShmCollArea::ShmCollArea(ShmHost &host, uint32_t rank, uint32_t size, uint8_t *own, uint64_t offset,
-                         bool direct)
-    : host_(host), rank_(rank), own_(own), offset_(offset), members_(size), direct_(direct) {
+                         Config::ShmCma cma)
+    : host_(host), rank_(rank), own_(own), offset_(offset), members_(size), cma_(cma) {
   const OwnShmSegment &seg = host.segment();
   members_[rank] = {0, own, seg.heap(), seg.heap_bytes(), 0};
 }
@@ -48,12 +49,14 @@ bool ShmCollArea::attach(uint32_t r, uint32_t world_rank, uint64_t offset) {
   // handle on that process was taken when the channel opened: if it still
   // runs after the read, the pid was its.
   const uint32_t pid = host_.peer_pid(world_rank);
-  if (!direct_ || !pid || r >= kMaxDirectMembers || rank_ >= kMaxDirectMembers) return true;
+  if (cma_ == Config::ShmCma::Off || !pid || r >= kMaxDirectMembers || rank_ >= kMaxDirectMembers)
+    return true;
   const auto *theirs = reinterpret_cast<const Identity *>(members_[r].area);
   const uint64_t address = shm_load(&theirs->address), nonce = shm_load(&theirs->nonce);
   uint64_t seen[2] = {};
   if (nonce && read_process_memory(pid, address, seen, sizeof seen).ok() && seen[0] == address &&
-      seen[1] == nonce && !host_.peer_process_ended(world_rank)) {
+      seen[1] == nonce && !host_.peer_process_ended(world_rank) &&
+      (cma_ == Config::ShmCma::On || kernel_reads_pay(r, pid, address))) {
     members_[r].pid = pid;
     uint64_t *word = &reinterpret_cast<Identity *>(own_)->reads_directly[r / 64];
     shm_store(word, shm_load(word) | (uint64_t{1} << (r % 64)));
@@ -70,8 +73,25 @@ Status ShmCollArea::read_member(uint32_t r, uint64_t address, void *out, uint64_
   return s;
 }
 
+bool ShmCollArea::kernel_reads_pay(uint32_t r, uint32_t pid, uint64_t address) {
+  // The machine decides, not the member: measured once per process, on the
+  // first slot of the first member attached, read into this member's own
+  // (idle until its first collective).
+  static std::atomic<int> pays{-1};
+  int v = pays.load(std::memory_order_relaxed);
+  if (v < 0) {
+    constexpr uint64_t kSlot = kCounterLines * kShmLine + kShmLine, kBytes = 64 << 10;
+    v = kernel_read_beats_two_copies(pid, address + kSlot, members_[r].area + kSlot, own_ + kSlot,
+                                     kBytes)
+            ? 1
+            : 0;
+    pays.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
 bool ShmCollArea::read_directly_by_all() const {
-  if (!direct_ || rank_ >= kMaxDirectMembers) return false;
+  if (cma_ == Config::ShmCma::Off || rank_ >= kMaxDirectMembers) return false;
   for (uint32_t r = 0; r < members_.size(); ++r) {
     if (r == rank_) continue;
     const auto *theirs = reinterpret_cast<const Identity *>(members_[r].area);

@@ -36,6 +36,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/config.h"
 #include "transport/shm_segment.h"
 
 namespace nexar {
@@ -80,12 +81,12 @@ class ShmCollArea {
 
   // This member's area (rank of size members), or null when the heap cannot
   // hold one (the communicator's collectives then travel as messages).
-  // direct: try to read the members' buffers directly (NEXAR_SHM_CMA).
+  // cma: whether to read the members' buffers directly (NEXAR_SHM_CMA).
   static std::unique_ptr<ShmCollArea> create(ShmHost &host, uint32_t rank, uint32_t size,
-                                             bool direct);
+                                             Config::ShmCma cma);
   // own: the area, at offset in this member's heap (create() makes one).
   ShmCollArea(ShmHost &host, uint32_t rank, uint32_t size, uint8_t *own, uint64_t offset,
-              bool direct);
+              Config::ShmCma cma);
   ~ShmCollArea();
   ShmCollArea(const ShmCollArea &) = delete;
   ShmCollArea &operator=(const ShmCollArea &) = delete;
@@ -97,7 +98,8 @@ class ShmCollArea {
   uint64_t offset() const { return offset_; }
   // Member r (world rank world_rank) has its area at offset in its heap;
   // false if its channel is gone or the area does not fit that heap. Also
-  // finds out whether this member can read r's process directly.
+  // finds out whether this member can read r's process directly (and, with
+  // NEXAR_SHM_CMA=auto, whether that pays on this machine).
   bool attach(uint32_t r, uint32_t world_rank, uint64_t offset);
   // Whether this member reads r's buffers directly.
   bool reads_directly(uint32_t r) const { return members_[r].pid != 0; }
@@ -170,6 +172,10 @@ class ShmCollArea {
   }
 
  private:
+  // NEXAR_SHM_CMA=auto: whether reading member r (process pid, its area at
+  // address there) through the kernel costs less than two copies here.
+  bool kernel_reads_pay(uint32_t r, uint32_t pid, uint64_t address);
+
   static uint64_t slot_offset(uint64_t ticket) {
     return kCounterLines * kShmLine + (ticket % kSlots) * kSlotStride;
   }
@@ -188,7 +194,7 @@ class ShmCollArea {
   std::vector<Member> members_;
   uint64_t next_ticket_ = 0;
   uint64_t step_bytes_ = 0;
-  bool direct_;
+  Config::ShmCma cma_;
 };
 
 }  // namespace nexar

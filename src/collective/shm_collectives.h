@@ -2,10 +2,11 @@
 // other's shared memory (client/shm_coll_area.h) instead of travelling as
 // messages through the pairs' rings.
 //
-// * Allreduce, per chunk of at most one slot: every member copies its chunk
-//   into its slot (or, from a buffer of nexar_mem_alloc, only publishes where
-//   it is) and publishes the ticket; member r reduces slice r of the chunk
-//   out of every member's slot into its own and publishes that; everyone
+// * Allreduce, per chunk of at most one slot: every member copies the
+//   others' slices of its chunk into its slot (or, from a buffer of
+//   nexar_mem_alloc, only publishes where it is) and publishes the ticket;
+//   member r reduces slice r of the chunk out of every other member's slot
+//   and its own source into its result area and publishes that; everyone
 //   copies the reduced slices out. Each slice is reduced on one member and
 //   copied from there: bit-identical everywhere. The next chunk is
 //   published while the slices of this one are reduced. Small vectors skip
@@ -13,8 +14,9 @@
 //   publish instead of three).
 // * Reduce: allreduce's scheme, but only the root copies the slices out
 //   (small vectors: only the root reduces); the others end once it has read.
-// * Reduce-scatter: a ticket carries a piece of every block; member r
-//   reduces the pieces of block r out of every slot into its recvbuf.
+// * Reduce-scatter: a ticket carries a piece of every other member's block;
+//   member r reduces the pieces of block r out of every other slot and its
+//   own source into its recvbuf.
 // * Scan, exscan: every member publishes its vector chunk by chunk and
 //   reduces the prefix it needs out of the slots.
 // Every reduction follows its message algorithm's order of operations

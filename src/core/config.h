@@ -42,9 +42,12 @@ struct Config {
   uint32_t topology = NEXAR_TOPOLOGY_FULL;
   uint32_t shm = NEXAR_SHM_AUTO;
   uint64_t shm_max_bytes = 64ull << 20;
-  // NEXAR_SHM_CMA (auto, off): large collectives on shared memory read the
-  // peers' buffers straight out of their processes where the host allows it.
-  bool shm_cma = true;
+  // NEXAR_SHM_CMA: large collectives on shared memory read the peers'
+  // buffers straight out of their processes where the host allows it (on),
+  // and, by default, only where that one copy through the kernel was
+  // measured cheaper than two through the segments (auto).
+  enum class ShmCma : uint8_t { Off, Auto, On };
+  ShmCma shm_cma = ShmCma::Auto;
   bool elastic = false;               // keep the elastic seed's connection; join a running world
   uint64_t join_timeout_ms = 300000;  // how long a joiner waits to be admitted
   uint32_t topology_degree = 4;

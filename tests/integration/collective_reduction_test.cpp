@@ -452,32 +452,6 @@ TEST(Allreduce, FloatResultsAreBitIdenticalOnEveryRank) {
   }
 }
 
-// Sets an environment variable while it lives, then restores it. A
-// communicator reads NEXAR_ALLREDUCE_ALGO and NEXAR_BROADCAST_ALGO when its
-// configuration is built, so the worlds made while this lives get the
-// algorithm, and keep it. (The library's threads read the environment only
-// when something is created, never from their loops, so changing it while a
-// world runs is safe.)
-class ScopedEnv {
- public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv &) = delete;
-  ScopedEnv &operator=(const ScopedEnv &) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
-
 std::string param_name(const ::testing::TestParamInfo<const char *> &info) {
   return info.param;
 }
@@ -488,6 +462,8 @@ class AllreduceForcedAlgorithms : public ::testing::TestWithParam<const char *> 
 
 TEST_P(AllreduceForcedAlgorithms, Sweep) {
   const char *algo = GetParam();
+  // Read when a communicator's configuration is built: the worlds made
+  // while it is set keep the algorithm.
   ScopedEnv forced("NEXAR_ALLREDUCE_ALGO", algo);
   for (uint32_t n : {2u, 3u, 5u, 6u, 8u, 13u}) {
     World w(n);

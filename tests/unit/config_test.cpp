@@ -53,6 +53,26 @@ TEST(Config, BadValuesAreErrorsNamingTheVariable) {
   }
 }
 
+TEST(Config, DirectReadsAreMeasuredForcedOrOff) {
+  nexar_comm_options_t o;
+  ASSERT_TRUE(init_options_from_env(&o, sizeof o).ok());
+  Config c;
+  ASSERT_TRUE(config_from_options(&o, &c).ok());
+  EXPECT_EQ(c.shm_cma, Config::ShmCma::Auto);
+  for (auto [value, want] :
+       {std::pair{"auto", Config::ShmCma::Auto}, std::pair{"on", Config::ShmCma::On},
+        std::pair{"OFF", Config::ShmCma::Off}}) {
+    EnvGuard g("NEXAR_SHM_CMA", value);
+    Config v;
+    ASSERT_TRUE(config_from_options(&o, &v).ok()) << value;
+    EXPECT_EQ(v.shm_cma, want) << value;
+  }
+  EnvGuard g("NEXAR_SHM_CMA", "always");
+  Status s = config_from_options(&o, &c);
+  EXPECT_EQ(s.code, NEXAR_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("NEXAR_SHM_CMA"), std::string::npos) << s.message;
+}
+
 TEST(Config, OlderSmallerStructsKeepDefaultsForNewFields) {
   nexar_comm_options_t o;
   const size_t old_size = offsetof(nexar_comm_options_t, barrier_timeout_ms);

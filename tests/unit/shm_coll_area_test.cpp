@@ -59,7 +59,7 @@ class TwoAreas : public ::testing::Test {
       ASSERT_TRUE(eventually([&] { return channel(r) != nullptr; }))
           << "rank " << r << " has no same-host channel";
     for (uint32_t r = 0; r < 2; ++r)
-      on_loop(r, [&] { area_[r] = ShmCollArea::create(host(r), r, 2, true); });
+      on_loop(r, [&] { area_[r] = ShmCollArea::create(host(r), r, 2, Config::ShmCma::On); });
     ASSERT_TRUE(area_[0] && area_[1]);
     for (uint32_t r = 0; r < 2; ++r)
       on_loop(r, [&] { attached_[r] = area_[r]->attach(1 - r, 1 - r, area_[1 - r]->offset()); });
