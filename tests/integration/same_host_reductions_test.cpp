@@ -179,6 +179,37 @@ TEST(SameHostReductions, GiveExactResults) {
   }
 }
 
+// A reduce-scatter whose recvbuf is the rank's own block of its sendbuf (as
+// in place with MPI or NCCL): exact on shared memory, where that block is
+// then copied like the others instead of read where it is (the reduction
+// would write over its own input), and over messages.
+TEST(SameHostReductions, ReduceScatterIntoItsOwnBlockIsExact) {
+  const uint32_t n = 3;
+  const size_t count = 100003;  // several tickets per block
+  for (uint32_t shm : {NEXAR_SHM_REQUIRE, NEXAR_SHM_OFF}) {
+    nexar_comm_options_t o = shm_options(shm);
+    World w(n, &o);
+    ASSERT_TRUE(w.ok());
+    std::vector<std::vector<int32_t>> buf(n, std::vector<int32_t>(count * n));
+    on_each_rank(n, [&](uint32_t r) {
+      for (size_t i = 0; i < buf[r].size(); ++i)
+        buf[r][i] = static_cast<int32_t>((i % 1000) * (r + 1));
+      EXPECT_EQ(nexar_reduce_scatter(w[r], buf[r].data(), buf[r].data() + r * count, count,
+                                     NEXAR_DTYPE_I32, NEXAR_OP_SUM, nullptr, nullptr),
+                NEXAR_OK)
+          << nexar_last_error_message();
+    });
+    for (uint32_t r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count; ++i) {
+        const int32_t b = static_cast<int32_t>((r * count + i) % 1000);
+        ASSERT_EQ(buf[r][r * count + i], b * 6)
+            << "rank " << r << ", element " << i << (shm == NEXAR_SHM_OFF ? ", over messages" : "");
+      }
+      EXPECT_EQ(stats(w[r]).shm_collectives, shm == NEXAR_SHM_OFF ? 0u : 1u);
+    }
+  }
+}
+
 // A scan on some ranks and an exscan on the others fail on every rank with
 // NEXAR_ERR_MISMATCH; the next collective works, on shared memory again.
 TEST(SameHostReductions, MismatchFailsEveryRankAndTheNextOneWorks) {
