@@ -3,7 +3,7 @@
 # (tests/fuzz/): builds each harness with clang's libFuzzer under
 # AddressSanitizer + UndefinedBehaviorSanitizer into build-fuzz/, then runs
 # each for the given seconds (default 30), or for a number of executions
-# (the long run), one after the other.
+# (the long run), a harness per core at a time.
 #   scripts/fuzz.sh [seconds | --runs N] [harness...]
 # Inputs found that add coverage are kept in build-fuzz/corpus/<harness>/ (a
 # later run goes on from them); the seed corpora in tests/fuzz/corpus/ are
@@ -58,35 +58,58 @@ flags=(-std=c++20 -O1 -g -Wall -Wextra "${san[@]}" "${defs[@]}" -Itests/fuzz)
 decoders=(transport/codec transport/frame transport/stream_frame_scan transport/receive_framer
           transport/socket_address transport/tls_credentials cluster/join core/log
           transport/shm_channel transport/shm_segment)
+# Compiles and runs go a core each: at most $lanes jobs at a time. A failed
+# job is written down, and all_lanes_done fails the script for it.
+lanes=$(nproc)
+failures="$dir/failed-jobs"
+rm -f "$failures"
+in_lane() {
+  while [ "$(jobs -rp | wc -l)" -ge "$lanes" ]; do wait -n; done
+  { "$@" || echo "failed: $*" >>"$failures"; } &
+}
+all_lanes_done() {
+  wait
+  if [ -s "$failures" ]; then cat "$failures"; exit 1; fi
+}
 objs=()
 for d in "${decoders[@]}"; do
   o="$dir/obj/${d//\//_}.o"
-  "${cc[@]}" "${flags[@]}" -fsanitize=fuzzer-no-link -c "src/$d.cpp" -o "$o"
+  in_lane "${cc[@]}" "${flags[@]}" -fsanitize=fuzzer-no-link -c "src/$d.cpp" -o "$o"
   objs+=("$o")
 done
 for h in "${harnesses[@]}"; do
-  "${cc[@]}" "${flags[@]}" -fsanitize=fuzzer -c "tests/fuzz/$h.cpp" -o "$dir/obj/fuzz_$h.o"
-  clang++ "${san[@]}" -fsanitize=fuzzer "$dir/obj/fuzz_$h.o" "${objs[@]}" build/libnexar_core.a \
-    "${libs[@]}" -lpthread -o "$dir/fuzz_$h"
+  in_lane "${cc[@]}" "${flags[@]}" -fsanitize=fuzzer -c "tests/fuzz/$h.cpp" -o "$dir/obj/fuzz_$h.o"
 done
+all_lanes_done
+for h in "${harnesses[@]}"; do
+  in_lane clang++ "${san[@]}" -fsanitize=fuzzer "$dir/obj/fuzz_$h.o" "${objs[@]}" \
+    build/libnexar_core.a "${libs[@]}" -lpthread -o "$dir/fuzz_$h"
+done
+all_lanes_done
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-failed=()
-printf '%-20s %14s %8s  %s\n' harness executions corpus result
-for h in "${harnesses[@]}"; do
-  work="$dir/corpus/$h" crashes="$dir/crashes/$h"
+# One harness's run; its result goes to $dir/result-<harness>.
+fuzz_one() {
+  local h="$1" work="$dir/corpus/$1" crashes="$dir/crashes/$1" log="$dir/fuzz-$1.log"
+  local result=ok
   mkdir -p "$work" "$crashes"
-  log="$dir/fuzz-$h.log"
-  result=ok
   if ! "$dir/fuzz_$h" "${budget[@]}" -max_len=8192 -timeout=10 \
       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$crashes/" \
       "$work" "tests/fuzz/corpus/$h" >"$log" 2>&1; then
     result="FAILED: $(ls "$crashes" | head -3 | tr '\n' ' ')(log: $log)"
-    failed+=("$h")
   fi
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  printf '%-20s %14s %8s  %s\n' "$h" "${execs:-?}" "$(ls "$work" | wc -l)" "$result"
+  echo "$result" >"$dir/result-$h"
+}
+for h in "${harnesses[@]}"; do in_lane fuzz_one "$h"; done
+all_lanes_done
+failed=()
+printf '%-20s %14s %8s  %s\n' harness executions corpus result
+for h in "${harnesses[@]}"; do
+  result=$(cat "$dir/result-$h")
+  [ "$result" = ok ] || failed+=("$h")
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/fuzz-$h.log" | tail -1)
+  printf '%-20s %14s %8s  %s\n' "$h" "${execs:-?}" "$(ls "$dir/corpus/$h" | wc -l)" "$result"
 done
 if [ ${#failed[@]} -gt 0 ]; then
   for h in "${failed[@]}"; do
