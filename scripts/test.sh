@@ -89,17 +89,18 @@ if [ "${NEXAR_SKIP_SANITIZERS:-0}" != "1" ]; then
     run_ctest build-asan 1800 'MillionSmallMessagesStayFlat'
 
   # ThreadSanitizer for the engine: every test but the exhaustive sweeps, the
-  # single-threaded checks of long arithmetic, the million-message flatness
-  # check, the tool checks and the suites' QUIC-only reruns (TSan runs 5-15x
-  # slower; those add coverage of arithmetic or memory, not of threads, and
-  # already ran above).
+  # single-threaded checks of long arithmetic, a training run's convergence,
+  # the million-message flatness check, the tool checks and the suites'
+  # QUIC-only reruns (TSan runs 5-15x slower; those add coverage of
+  # arithmetic or memory, not of threads, and already ran above).
   stage "TSan build and tests"
   BUILD_TYPE=Debug scripts/build.sh build-tsan -DNEXAR_SANITIZE=thread -DCMAKE_CXX_FLAGS="-O1" \
     "${line_tables[@]}"
   heavy='EveryDtypeAndOpOnEveryAlgorithm|AllPairsAllSizes|ForcedAlgorithms|SegmentsOfEveryBlock'
   heavy+='|SurvivesRandomInput|CountsOnEveryWorldSize|SixtyFourRanks|/N13|^bench\.|^quic\.'
   heavy+='|LongVectorsMatchTheReference|LongTensorsKeepTheReferencePositions'
-  heavy+='|EveryTopologyEveryWorldUpTo70|MillionSmallMessagesStayFlat'
+  heavy+='|EveryTopologyEveryWorldUpTo70|MillionSmallMessagesStayFlat|EveryRootEveryWorld'
+  heavy+='|EqualsOneAllreducePerTensorForEveryDtypeAndOp|TopkWithErrorFeedbackReachesTheDenseLoss'
   TSAN_OPTIONS="halt_on_error=1" run_ctest build-tsan 900 "$heavy"
 fi
 stage "done"
