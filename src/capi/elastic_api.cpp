@@ -5,6 +5,7 @@
 // world.
 #include "capi/handles.h"
 #include "cluster/elastic_link.h"
+#include "core/thread_name.h"
 
 using nexar::capi::fail;
 using nexar::capi::guarded;
@@ -82,6 +83,7 @@ NEXAR_API nexar_status_t nexar_comm_grow(nexar_comm_t *comm, uint32_t max_new, n
     }
     comm->grow_thread.join();  // the previous grow's thread, finished
     comm->grow_thread.thread = std::thread([comm, max_new, seq, out, done, user_data] {
+      nexar::name_this_thread("nexar-grow");
       nexar::Status s;
       try {
         s = grow_member(comm, max_new, seq, out);

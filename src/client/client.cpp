@@ -20,7 +20,7 @@ Client::Client(Identity id, Config cfg, std::shared_ptr<TlsCredentials> creds)
       creds_(std::move(creds)),
       pool_(BufferPool::create(cfg_.pool_profile == NEXAR_POOL_INFERENCE ? PoolProfile::Inference
                                                                          : PoolProfile::Training)),
-      loop_(static_cast<int32_t>(id.rank)),
+      loop_(static_cast<int32_t>(id.rank), "nexar-io r" + std::to_string(id.rank)),
       mailbox_(std::make_unique<Mailbox>(pool_, liveness_)),
       topo_(cfg_, id.world_size),
       relay_(std::make_unique<Relay>(*this)) {

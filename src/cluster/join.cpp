@@ -45,7 +45,7 @@ struct FdGuard {
 // ---- SeedClient ------------------------------------------------------------------
 
 SeedClient::SeedClient(const Config &cfg, std::string token)
-    : cfg_(cfg), token_(std::move(token)), loop_(cfg.rank) {
+    : cfg_(cfg), token_(std::move(token)), loop_(cfg.rank, "nexar-join") {
   delivered_listener_.self = this;
 }
 

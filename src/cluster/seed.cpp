@@ -48,7 +48,7 @@ std::string Seed::Member::describe() const {
   return s;
 }
 
-Seed::Seed(SeedConfig cfg) : cfg_(std::move(cfg)), loop_(-1) {
+Seed::Seed(SeedConfig cfg) : cfg_(std::move(cfg)), loop_(-1, "nexar-seed") {
   ev_init(&formation_timer_, &Seed::formation_timer_cb);
   formation_timer_.data = this;
   ev_init(&sweep_timer_, &Seed::sweep_timer_cb);

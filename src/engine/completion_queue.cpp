@@ -8,6 +8,8 @@
 
 #include <chrono>
 
+#include "core/thread_name.h"
+
 namespace nexar {
 namespace {
 thread_local int t_callback_depth = 0;
@@ -90,6 +92,7 @@ void Completion::run() {
 
 CompletionThread::CompletionThread() {
   thread_ = std::thread([st = state_] {
+    name_this_thread("nexar-callbacks");
     std::unique_lock<std::mutex> g(st->mu);
     for (;;) {
       st->cv.wait(g, [&] { return st->stop || !st->queue.empty(); });

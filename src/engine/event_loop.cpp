@@ -6,10 +6,12 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 
 namespace nexar {
 
-EventLoop::EventLoop(int32_t rank_for_logs) : rank_(rank_for_logs) {
+EventLoop::EventLoop(int32_t rank_for_logs, std::string thread_name)
+    : rank_(rank_for_logs), thread_name_(std::move(thread_name)) {
   ev_async_init(&wake_, &EventLoop::on_async);
   wake_.data = this;
   ev_async_start(loop_, &wake_);
@@ -32,6 +34,7 @@ void EventLoop::start() {
   std::condition_variable cv;
   bool ready = false;
   thread_ = std::thread([this, &m, &cv, &ready] {
+    name_this_thread(thread_name_.c_str());
     log::set_thread_rank(rank_);
     {
       // Notify under the lock: start() may return (destroying cv) as soon as

@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -31,7 +32,8 @@ class EventLoop {
  public:
   using Command = std::function<void()>;
 
-  explicit EventLoop(int32_t rank_for_logs);
+  // thread_name: what top -H and perf show for the loop's thread.
+  explicit EventLoop(int32_t rank_for_logs, std::string thread_name = "nexar-io");
   ~EventLoop();
   EventLoop(const EventLoop &) = delete;
   EventLoop &operator=(const EventLoop &) = delete;
@@ -140,6 +142,7 @@ class EventLoop {
   void run_ready();
 
   int32_t rank_;
+  std::string thread_name_;
   struct ev_loop *loop_ = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
   ev_async wake_;
   ev_prepare prepare_;

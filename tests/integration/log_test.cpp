@@ -1,6 +1,10 @@
 // The log sink through the C ABI: lines reach the callback instead of stderr,
 // from nexar's own threads too, one call at a time; NULL restores stderr.
+// nexar's threads carry names, as top -H and perf show them.
+#include <dirent.h>
 #include <stdlib.h>
+
+#include <fstream>
 
 #include <atomic>
 #include <set>
@@ -125,4 +129,35 @@ TEST(LogCallback, SerializedAcrossThreadsAndNestedSetRefused) {
   EXPECT_GE(sink.count_with("local world of 2 ranks formed"), 4u);
   EXPECT_FALSE(sink.overlapped.load()) << "the callback ran on two threads at once";
   EXPECT_EQ(sink.nested, NEXAR_ERR_WOULD_DEADLOCK);
+}
+
+namespace {
+
+// The names of this process's threads, from /proc.
+std::multiset<std::string> thread_names() {
+  std::multiset<std::string> names;
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return names;
+  while (dirent *e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    if (std::getline(comm, name)) names.insert(name);
+  }
+  closedir(d);
+  return names;
+}
+
+}  // namespace
+
+TEST(ThreadNames, EachRanksThreadsSayTheyAreNexars) {
+  World w(2);
+  ASSERT_TRUE(w.ok());
+  const std::multiset<std::string> names = thread_names();
+  std::string all;
+  for (const auto &n : names)
+    all += "'" + n + "' ";
+  EXPECT_EQ(names.count("nexar-io r0"), 1u) << all;
+  EXPECT_EQ(names.count("nexar-io r1"), 1u) << all;
+  EXPECT_EQ(names.count("nexar-callbacks"), 2u) << all;
 }
