@@ -16,6 +16,7 @@
 #include <string>
 
 #include "buffers.h"
+#include "ctrl_c.h"
 #include "dispatcher.h"
 #include "errors.h"
 #include "interruptible.h"
@@ -246,15 +247,18 @@ py::object Communicator::run(const std::string &op, const Submit &submit,
                              bool async_op) {
   if (!async_op) {
     BlockingCall call;
-    bool was_closed = false, interrupted = false;
+    bool was_closed = false, interrupted = false, abort_on_ctrl_c = false;
+    const bool blocking_path = blocking_path_allowed(&abort_on_ctrl_c);
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> g(mu_);
       if (!h_) {
         was_closed = true;
-      } else if (t_in_rpc_handler) {
-        // On nexar's completion thread, which would have to run the callback
-        // waited for: the plain blocking call, which nexar refuses or serves.
+      } else if (blocking_path || t_in_rpc_handler) {
+        // The C ABI's blocking call (ctrl_c.h). On nexar's completion thread
+        // (an RPC handler), which would have to run the callback waited for,
+        // the only way: nexar refuses or serves it.
+        AbortOnCtrlC watch(h_, abort_on_ctrl_c);
         call.status = submit(h_, nullptr, nullptr);
         if (call.status != NEXAR_OK) read_last_error(&call.message, &call.failed_rank);
       } else if (nexar_status_t st = submit(h_, BlockingCall::on_done, &call); st != NEXAR_OK) {
@@ -278,6 +282,8 @@ py::object Communicator::run(const std::string &op, const Submit &submit,
         }
       }
     }
+    // A Ctrl-C aborted the call: the KeyboardInterrupt, not its AbortedError.
+    if (abort_on_ctrl_c && call.status != NEXAR_OK && PyErr_CheckSignals() != 0) interrupted = true;
     if (interrupted) throw py::error_already_set();
     if (was_closed) raise_closed(op);
     if (call.status != NEXAR_OK)

@@ -1,7 +1,8 @@
-// A blocking operation that Ctrl-C can interrupt: submitted asynchronously,
-// waited for in slices (GIL released) between which Python's signal handlers
-// run; on a signal the communicator is aborted (its peers are told) and the
-// handler's exception (KeyboardInterrupt) propagates.
+// A blocking operation on the main thread while SIGINT has a handler of the
+// program's own (otherwise ctrl_c.h's blocking path): submitted
+// asynchronously, waited for in slices (GIL released) between which Python's
+// signal handlers run; when one raises, the communicator is aborted (its
+// peers are told) and the exception propagates.
 #pragma once
 
 #include <nexar.h>

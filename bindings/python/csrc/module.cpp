@@ -17,7 +17,8 @@
 // closing, aborting) releases the GIL first, and Request.wait() refuses to
 // wait inside a handler.
 //
-// Blocking calls release the GIL and call the C ABI with done == NULL.
+// Blocking calls release the GIL and call the C ABI with done == NULL
+// (ctrl_c.h says how Ctrl-C still interrupts them).
 // Asynchronous calls hold a strong reference to every buffer they read or
 // write until the completion has been seen by the dispatcher, so dropping the
 // last user reference to a buffer or a Request is safe.

@@ -19,6 +19,7 @@ start = time.monotonic()
 try:
     comms[0].recv(np.zeros(4, np.float32), 1)   # rank 1 never sends
 except KeyboardInterrupt:
+    print(f"KeyboardInterrupt at {time.monotonic():.6f}", flush=True)
     print(f"KeyboardInterrupt after {time.monotonic() - start:.3f} s", flush=True)
     try:
         comms[0].barrier()
@@ -30,24 +31,63 @@ sys.exit(1)
 """
 
 
-def test_ctrl_c_interrupts_a_blocking_call_and_aborts_the_communicator():
-    p = subprocess.Popen([sys.executable, "-c", BLOCKED], stdout=subprocess.PIPE,
+def interrupted(script: str, timeout: float):
+    """Runs script, sends SIGINT 0.3 s after it printed "waiting" (inside its
+    blocking call); returns its exit code, its output and when the signal was
+    sent."""
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     try:
         assert p.stdout.readline().strip() == "waiting"
-        time.sleep(0.3)  # inside recv
+        time.sleep(0.3)
         sent = time.monotonic()
         p.send_signal(signal.SIGINT)
-        # Far below the receive's own 120 s timeout: the signal ended it.
-        out, _ = p.communicate(timeout=30)
-        print(f"interrupted {time.monotonic() - sent:.3f} s after SIGINT")
+        out, _ = p.communicate(timeout=timeout)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    assert p.returncode == 0, out
+    return p.returncode, out, sent
+
+
+def test_ctrl_c_interrupts_a_blocking_call_and_aborts_the_communicator():
+    # Far below the receive's own 120 s timeout: the signal ended it.
+    code, out, sent = interrupted(BLOCKED, timeout=30)
+    assert code == 0, out
     assert "KeyboardInterrupt after" in out, out
     assert "then: AbortedError" in out, out
+    # CLOCK_MONOTONIC is one clock for every process of the machine.
+    raised_at = float(out.split("KeyboardInterrupt at ")[1].split()[0])
+    assert raised_at - sent < 0.5, out
+
+
+# A SIGINT handler of the program's own that does not raise: the blocking call
+# is not aborted; it completes once rank 1 sends, and the handler has run.
+OWN_HANDLER = r"""
+import signal, sys, threading, time, numpy as np, nexar
+seen = []
+signal.signal(signal.SIGINT, lambda sig, frame: seen.append(time.monotonic()))
+comms = nexar.bootstrap_local(2, p2p_timeout=120)
+sender = threading.Timer(1.5, lambda: comms[1].send(np.arange(4, dtype=np.float32), 0))
+sender.start()
+print("waiting", flush=True)
+buf = np.zeros(4, np.float32)
+comms[0].recv(buf, 1)
+sender.join()
+print("received", buf.tolist(), "handler ran", len(seen), flush=True)
+other = threading.Thread(target=comms[1].barrier)
+other.start()
+comms[0].barrier()  # not aborted
+other.join()
+print("then: barrier", flush=True)
+"""
+
+
+def test_a_sigint_handler_of_ones_own_runs_and_the_blocking_call_goes_on():
+    code, out, _ = interrupted(OWN_HANDLER, timeout=60)
+    assert code == 0, out
+    assert "received [0.0, 1.0, 2.0, 3.0] handler ran 1" in out, out
+    assert "then: barrier" in out, out
 
 
 def test_init_joins_a_seed_by_keywords():
