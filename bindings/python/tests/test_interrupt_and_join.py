@@ -11,13 +11,14 @@ import pytest
 
 import nexar
 
+# CALL blocks rank 0: rank 1 never takes part.
 BLOCKED = r"""
 import sys, time, numpy as np, nexar
-comms = nexar.bootstrap_local(2, p2p_timeout=120)
+comms = nexar.bootstrap_local(2, p2p_timeout=120, collective_timeout=120)
 print("waiting", flush=True)
 start = time.monotonic()
 try:
-    comms[0].recv(np.zeros(4, np.float32), 1)   # rank 1 never sends
+    CALL
 except KeyboardInterrupt:
     print(f"KeyboardInterrupt at {time.monotonic():.6f}", flush=True)
     print(f"KeyboardInterrupt after {time.monotonic() - start:.3f} s", flush=True)
@@ -50,9 +51,14 @@ def interrupted(script: str, timeout: float):
     return p.returncode, out, sent
 
 
-def test_ctrl_c_interrupts_a_blocking_call_and_aborts_the_communicator():
-    # Far below the receive's own 120 s timeout: the signal ended it.
-    code, out, sent = interrupted(BLOCKED, timeout=30)
+@pytest.mark.parametrize("call", [
+    "comms[0].recv(np.zeros(4, np.float32), 1)",
+    "comms[0].all_reduce(np.ones(1 << 20, np.float32))",  # a large one, on shared memory
+    "comms[0].barrier()",
+])
+def test_ctrl_c_interrupts_a_blocking_call_and_aborts_the_communicator(call):
+    # Far below the call's own 120 s timeout: the signal ended it.
+    code, out, sent = interrupted(BLOCKED.replace("CALL", call), timeout=30)
     assert code == 0, out
     assert "KeyboardInterrupt after" in out, out
     assert "then: AbortedError" in out, out
