@@ -4,8 +4,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,25 @@ def test_killed_rank_is_named_within_the_heartbeat_timeout(launch):
     out = ranks.output(0)
     assert "DistBackendError" in out, out
     assert re.search(r"rank 1\b", out.split("DistBackendError", 1)[1]), out
+
+
+def test_ctrl_c_interrupts_a_synchronous_collective(launch):
+    # A synchronous call runs on the caller's thread as nexar's blocking call,
+    # which Ctrl-C aborts; through torch's Work it would wait for its timeout.
+    ranks = launch("interrupted", 2)
+    deadline = time.monotonic() + 120
+    while "waiting" not in ranks.output(0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "waiting" in ranks.output(0), ranks.outputs()
+    time.sleep(0.5)  # inside all_reduce
+    sent = time.monotonic()
+    ranks.procs[0].send_signal(signal.SIGINT)
+    codes = ranks.wait(60)
+    assert codes == [0, 0], f"exit codes {codes}\n{ranks.outputs()}"
+    assert "KeyboardInterrupt at" in ranks.output(0), ranks.outputs()
+    # CLOCK_MONOTONIC is one clock for every process of the machine.
+    raised_at = float(ranks.output(0).split("KeyboardInterrupt at ")[1].split()[0])
+    assert raised_at - sent < 0.5, ranks.outputs()
 
 
 def test_import_registers_nexar_and_plain_init_is_untouched():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from datetime import timedelta
 
 import torch
@@ -395,6 +396,29 @@ def scenario_killed() -> None:
     os._exit(3)
 
 
+def scenario_interrupted() -> None:
+    """Rank 0 blocks in a synchronous all_reduce that rank 1 never joins; the
+    test sends it SIGINT. It prints when KeyboardInterrupt came, then both
+    ranks leave (rank 1 once rank 0 is done)."""
+    rank = dist.get_rank()
+    g = dist.new_group(backend="nexar")
+    done = Path(STORE_PATH + ".interrupted")
+    if rank == 0:
+        print("waiting", flush=True)
+        try:
+            dist.all_reduce(torch.ones(4), group=g)
+        except KeyboardInterrupt:
+            print(f"KeyboardInterrupt at {time.monotonic():.6f}", flush=True)
+            done.touch()
+            os._exit(0)
+        print("returned", flush=True)
+        os._exit(3)
+    deadline = time.monotonic() + 60
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os._exit(0 if done.exists() else 4)
+
+
 def scenario_mismatch() -> None:
     """Ranks that call different collectives, or the same one with different
     sizes, each get a DistBackendError naming the mismatch instead of a hang;
@@ -437,11 +461,13 @@ def scenario_mismatch() -> None:
 from worker_hooks import scenario_hooks  # noqa: E402,F401 - run by name from main()
 
 STORE = None
+STORE_PATH = ""
 
 
 def main() -> None:
     scenario, rank, size, store_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    global STORE
+    global STORE, STORE_PATH
+    STORE_PATH = store_path
     store = STORE = dist.FileStore(store_path, size)
     backend = "nexar" if scenario in ("killed",) else "gloo"
     pg_options = None

@@ -123,15 +123,19 @@ class NexarBackend(BackendBase):
             return DistBackendError(f"nexar: {exc}")
         return DistBackendError(f"nexar {what} on rank {self._rank}: {exc}")
 
-    def _issue(self, what: str, start: Callable[[], "nexar.Request"],
-               finish: Callable[[], None], outputs: List[torch.Tensor]) -> Any:
-        """Starts a nexar operation; the Work completes with outputs once it has
-        and finish() (copies back, divides, ...) has run on nexar's dispatch
-        thread."""
+    def _issue(self, what: str, start: Callable[[bool], Any], finish: Callable[[], None],
+               outputs: List[torch.Tensor], opts: Any = None) -> Any:
+        """Starts a nexar operation, start(async_op); the Work completes with
+        outputs once it has and finish() (copies back, divides, ...) has run on
+        nexar's dispatch thread. A call torch waits for at once (opts.asyncOp
+        false: async_op=False in torch) runs here instead, as nexar's blocking
+        call, and returns its Work completed: no thread hand-off."""
+        if not getattr(opts, "asyncOp", True):
+            return self._run_here(what, start, finish, outputs)
         self._seq += 1
         fut = torch.futures.Future()
         try:
-            req = start()
+            req = start(True)
         except nexar.NexarError as e:
             raise self._error(what, e) from e
 
@@ -145,6 +149,19 @@ class NexarBackend(BackendBase):
             fut.set_result(outputs)
 
         req.add_done_callback(done)
+        return _Work(fut)
+
+    def _run_here(self, what: str, start: Callable[[bool], Any], finish: Callable[[], None],
+                  outputs: List[torch.Tensor]) -> Any:
+        self._seq += 1
+        fut = torch.futures.Future()
+        try:
+            start(False)  # Ctrl-C raises KeyboardInterrupt here (docs/python.md)
+            finish()
+        except Exception as e:  # noqa: BLE001 - delivered by wait(), as from the dispatch thread
+            fut.set_exception(self._error(what, e))
+        else:
+            fut.set_result(outputs)
         return _Work(fut)
 
     def _reduction(self, what: str, op: Any, dtypes: Sequence[torch.dtype]):
@@ -167,9 +184,9 @@ class NexarBackend(BackendBase):
             staged.finish()
 
         return self._issue("all_reduce",
-                           lambda: self._comm.all_reduce(arr, red.for_dtype(t.dtype),
-                                                         async_op=True),
-                           finish, tensors)
+                           lambda a: self._comm.all_reduce(arr, red.for_dtype(t.dtype),
+                                                         async_op=a),
+                           finish, tensors, opts)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         check_cpu("all_reduce_coalesced", self._rank, tensors)
@@ -184,8 +201,8 @@ class NexarBackend(BackendBase):
             unflatten_into(flat, tensors)
 
         return self._issue("all_reduce_coalesced",
-                           lambda: self._comm.all_reduce(arr, red.for_dtype(dt), async_op=True),
-                           finish, tensors)
+                           lambda a: self._comm.all_reduce(arr, red.for_dtype(dt), async_op=a),
+                           finish, tensors, opts)
 
     def allreduce_compressed(self, tensor: torch.Tensor, compressor: "nexar.Compressor") -> Any:
         """In place: the SUM over ranks of each rank's compressed tensor (see
@@ -198,8 +215,8 @@ class NexarBackend(BackendBase):
                              "contiguous")
         arr = as_array(tensor, reduce=True)
         return self._issue(what,
-                           lambda: self._comm.all_reduce_compressed(arr, compressor,
-                                                                    async_op=True),
+                           lambda a: self._comm.all_reduce_compressed(arr, compressor,
+                                                                    async_op=a),
                            lambda: None, [tensor])
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
@@ -208,8 +225,8 @@ class NexarBackend(BackendBase):
         t = _single("broadcast", self._rank, tensors)
         staged = Staged(t)
         arr = as_array(staged.work, reduce=False)
-        return self._issue("broadcast", lambda: self._comm.broadcast(arr, root, async_op=True),
-                           staged.finish, tensors)
+        return self._issue("broadcast", lambda a: self._comm.broadcast(arr, root, async_op=a),
+                           staged.finish, tensors, opts)
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         check_cpu("reduce", self._rank, tensors)
@@ -230,9 +247,9 @@ class NexarBackend(BackendBase):
                 staged.finish()
 
         return self._issue("reduce",
-                           lambda: self._comm.reduce(arr, red.for_dtype(t.dtype), root,
-                                                     async_op=True),
-                           finish, tensors)
+                           lambda a: self._comm.reduce(arr, red.for_dtype(t.dtype), root,
+                                                     async_op=a),
+                           finish, tensors, opts)
 
     def allgather(self, output_tensors: List[List[torch.Tensor]],
                   input_tensors: List[torch.Tensor], opts: Any = None) -> Any:
@@ -244,8 +261,8 @@ class NexarBackend(BackendBase):
         flat = torch.empty(t.numel() * self._size, dtype=t.dtype)
         dst = as_array(flat, reduce=False)
         return self._issue("all_gather",
-                           lambda: self._comm.all_gather(src, out=dst, async_op=True),
-                           lambda: unflatten_into(flat, outs), output_tensors)
+                           lambda a: self._comm.all_gather(src, out=dst, async_op=a),
+                           lambda: unflatten_into(flat, outs), output_tensors, opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts: Any = None) -> Any:
@@ -256,8 +273,8 @@ class NexarBackend(BackendBase):
         staged = Staged(output, copy_in=False)
         dst = as_array(staged.work, reduce=False)
         return self._issue("all_gather_into_tensor",
-                           lambda: self._comm.all_gather(src, out=dst, async_op=True),
-                           staged.finish, [output])
+                           lambda a: self._comm.all_gather(src, out=dst, async_op=a),
+                           staged.finish, [output], opts)
 
     _allgather_base = all_gather_single
 
@@ -274,7 +291,7 @@ class NexarBackend(BackendBase):
         _check_list("reduce_scatter", self._rank, ins, self._size, out)
         red = self._reduction("reduce_scatter", _op(opts), [out.dtype])
         flat = flat_of(ins)
-        return self._reduce_scatter_flat("reduce_scatter", red, flat, out)
+        return self._reduce_scatter_flat("reduce_scatter", red, flat, out, opts)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: Any = None) -> Any:
@@ -285,7 +302,7 @@ class NexarBackend(BackendBase):
         flat = input.detach().contiguous()  # nexar only reads it
         if red.premul is not None and flat.data_ptr() == input.data_ptr():
             flat = flat.clone()  # scaled here; the caller's input stays as it was
-        return self._reduce_scatter_flat("reduce_scatter_tensor", red, flat, output)
+        return self._reduce_scatter_flat("reduce_scatter_tensor", red, flat, output, opts)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -295,7 +312,7 @@ class NexarBackend(BackendBase):
         return _chain(works, outputs)
 
     def _reduce_scatter_flat(self, what: str, red, flat: torch.Tensor,
-                             out: torch.Tensor) -> Any:
+                             out: torch.Tensor, opts: Any) -> Any:
         red.before(flat)
         src = as_array(flat, reduce=True)
         staged = Staged(out, copy_in=False)
@@ -307,8 +324,8 @@ class NexarBackend(BackendBase):
             staged.finish()
 
         return self._issue(what,
-                           lambda: self._comm.reduce_scatter(src, op, out=dst, async_op=True),
-                           finish, [out])
+                           lambda a: self._comm.reduce_scatter(src, op, out=dst, async_op=a),
+                           finish, [out], opts)
 
     def alltoall(self, output_tensors: List[torch.Tensor],
                  input_tensors: List[torch.Tensor], opts: Any = None) -> Any:
@@ -322,7 +339,7 @@ class NexarBackend(BackendBase):
         flat_out = torch.empty(sum(out_sizes), dtype=output_tensors[0].dtype)
         return self._alltoallv("all_to_all", flat_out, flat_in, out_sizes, in_sizes,
                                lambda: unflatten_into(flat_out, output_tensors),
-                               output_tensors)
+                               output_tensors, opts)
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
                           output_split_sizes: List[int], input_split_sizes: List[int],
@@ -349,13 +366,13 @@ class NexarBackend(BackendBase):
                              "up to the tensors' first dimension")
         staged = Staged(output, copy_in=False)
         return self._alltoallv(what, staged.work.reshape(-1), input.detach().contiguous(),
-                               out_sizes, in_sizes, staged.finish, [output])
+                               out_sizes, in_sizes, staged.finish, [output], opts)
 
     alltoall_base = all_to_all_single
 
     def _alltoallv(self, what: str, flat_out: torch.Tensor, flat_in: torch.Tensor,
                    out_sizes: List[int], in_sizes: List[int], finish: Callable[[], None],
-                   outputs: List[torch.Tensor]) -> Any:
+                   outputs: List[torch.Tensor], opts: Any) -> Any:
         """nexar's all_to_all moves equal blocks: unequal ones travel padded to
         the largest block of any rank (agreed with one small all_reduce)."""
         local = np.array([max(in_sizes + out_sizes + [0])], dtype=np.int64)
@@ -374,8 +391,8 @@ class NexarBackend(BackendBase):
         if equal:
             src = as_array(flat_in.reshape(-1), reduce=False)
             dst = as_array(flat_out.reshape(-1), reduce=False)
-            return self._issue(what, lambda: self._comm.all_to_all(src, out=dst, async_op=True),
-                               finish, outputs)
+            return self._issue(what, lambda a: self._comm.all_to_all(src, out=dst, async_op=a),
+                               finish, outputs, opts)
         block = int(max(local[0], *in_sizes, *out_sizes))
         padded_in = torch.zeros(self._size, block, dtype=flat_in.dtype)
         offset = 0
@@ -394,8 +411,8 @@ class NexarBackend(BackendBase):
                 at += n
             finish()
 
-        return self._issue(what, lambda: self._comm.all_to_all(src, out=dst, async_op=True),
-                           unpad, outputs)
+        return self._issue(what, lambda a: self._comm.all_to_all(src, out=dst, async_op=a),
+                           unpad, outputs, opts)
 
     def gather(self, output_tensors: List[List[torch.Tensor]],
                input_tensors: List[torch.Tensor], opts: Any = None) -> Any:
@@ -404,15 +421,15 @@ class NexarBackend(BackendBase):
         check_cpu("gather", self._rank, [t])
         src = as_array(t.contiguous(), reduce=False)
         if self._rank != root:
-            return self._issue("gather", lambda: self._comm.gather(src, root, async_op=True),
-                               lambda: None, [])
+            return self._issue("gather", lambda a: self._comm.gather(src, root, async_op=a),
+                               lambda: None, [], opts)
         outs = _single("gather", self._rank, output_tensors)
         check_cpu("gather", self._rank, outs)
         _check_list("gather", self._rank, outs, self._size, t)
         flat = torch.empty(t.numel() * self._size, dtype=t.dtype)
         dst = as_array(flat, reduce=False)
-        return self._issue("gather", lambda: self._comm.gather(src, root, out=dst, async_op=True),
-                           lambda: unflatten_into(flat, outs), output_tensors)
+        return self._issue("gather", lambda a: self._comm.gather(src, root, out=dst, async_op=a),
+                           lambda: unflatten_into(flat, outs), output_tensors, opts)
 
     def scatter(self, output_tensors: List[torch.Tensor],
                 input_tensors: List[List[torch.Tensor]], opts: Any = None) -> Any:
@@ -428,11 +445,12 @@ class NexarBackend(BackendBase):
         staged = Staged(out, copy_in=False)
         dst = as_array(staged.work, reduce=False)
         return self._issue("scatter",
-                           lambda: self._comm.scatter(src, root, out=dst, async_op=True),
-                           staged.finish, output_tensors)
+                           lambda a: self._comm.scatter(src, root, out=dst, async_op=a),
+                           staged.finish, output_tensors, opts)
 
     def barrier(self, opts: Any = None) -> Any:
-        return self._issue("barrier", lambda: self._comm.barrier(async_op=True), lambda: None, [])
+        return self._issue("barrier", lambda a: self._comm.barrier(async_op=a), lambda: None, [],
+                           opts)
 
     def monitored_barrier(self, opts: Any = None, wait_all_ranks: bool = False) -> None:
         """Every rank checks in with rank 0, which names the ranks that did not
@@ -478,7 +496,7 @@ class NexarBackend(BackendBase):
         t = _single("send", self._rank, tensors)
         check_cpu("send", self._rank, [t])
         src = as_array(t.contiguous(), reduce=False)
-        return self._issue("send", lambda: self._comm.send(src, dst, _tag(tag), async_op=True),
+        return self._issue("send", lambda a: self._comm.send(src, dst, _tag(tag), async_op=a),
                            lambda: None, tensors)
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> Any:
@@ -486,7 +504,7 @@ class NexarBackend(BackendBase):
         check_cpu("recv", self._rank, [t])
         staged = Staged(t, copy_in=False)
         dst = as_array(staged.work, reduce=False)
-        return self._issue("recv", lambda: self._comm.recv(dst, src, _tag(tag), async_op=True),
+        return self._issue("recv", lambda a: self._comm.recv(dst, src, _tag(tag), async_op=a),
                            staged.finish, tensors)
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int) -> Any:
