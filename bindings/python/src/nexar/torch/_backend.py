@@ -185,7 +185,7 @@ class NexarBackend(BackendBase):
 
         return self._issue("all_reduce",
                            lambda a: self._comm.all_reduce(arr, red.for_dtype(t.dtype),
-                                                         async_op=a),
+                                                           async_op=a),
                            finish, tensors, opts)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
@@ -216,7 +216,7 @@ class NexarBackend(BackendBase):
         arr = as_array(tensor, reduce=True)
         return self._issue(what,
                            lambda a: self._comm.all_reduce_compressed(arr, compressor,
-                                                                    async_op=a),
+                                                                      async_op=a),
                            lambda: None, [tensor])
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
@@ -248,7 +248,7 @@ class NexarBackend(BackendBase):
 
         return self._issue("reduce",
                            lambda a: self._comm.reduce(arr, red.for_dtype(t.dtype), root,
-                                                     async_op=a),
+                                                       async_op=a),
                            finish, tensors, opts)
 
     def allgather(self, output_tensors: List[List[torch.Tensor]],
