@@ -1,6 +1,7 @@
 """DDP on "nexar" against "gloo": one training step of an MLP of about 25 M
 parameters (a ResNet-50-sized gradient), batch 32, and all_reduce of a 64 MiB
-float32 tensor through torch, both backends interleaved in one run.
+and of an 8-byte float32 tensor through torch, both backends interleaved in
+one run.
 
     python bench/torch_ddp.py --ranks 2 --steps 20 [--topk 0.01]
 
@@ -71,8 +72,14 @@ def worker(rank: int, size: int, store_path: str, steps: int, topk: float, queue
     def reduce(name):
         return lambda: dist.all_reduce(tensor, group=groups[name])
 
+    scalar = torch.ones(2)  # 8 bytes: what a training loop reduces for its loss or metrics
+
+    def reduce_small(name):
+        return lambda: dist.all_reduce(scalar, group=groups[name])
+
     times = {("ddp step", k): [] for k in models}
     times.update({("all_reduce 64 MiB", k): [] for k in groups})
+    times.update({("all_reduce 8 B", k): [] for k in groups})
     for k in models:  # warm-up
         step(k)()
     for k in groups:
@@ -82,6 +89,7 @@ def worker(rank: int, size: int, store_path: str, steps: int, topk: float, queue
             times[("ddp step", k)] += timed(step(k), 1)
         for k in groups:
             times[("all_reduce 64 MiB", k)] += timed(reduce(k), 1)
+            times[("all_reduce 8 B", k)] += timed(reduce_small(k), 50)
     if rank == 0:
         queue.put({key: statistics.median(v) for key, v in times.items()})
     dist.barrier()
@@ -105,9 +113,9 @@ def main() -> None:
     print(f"{args.ranks} ranks, {params / 1e6:.1f} M parameters, batch 32, "
           f"median of {args.steps}, torch {torch.__version__}")
     print(f"{'what':<20}{'nexar (ms)':>12}{'gloo (ms)':>12}{'gloo / nexar':>14}")
-    for what in ("ddp step", "all_reduce 64 MiB"):
+    for what in ("ddp step", "all_reduce 64 MiB", "all_reduce 8 B"):
         n, g = medians[(what, "nexar")] * 1e3, medians[(what, "gloo")] * 1e3
-        print(f"{what:<20}{n:>12.1f}{g:>12.1f}{g / n:>14.2f}")
+        print(f"{what:<20}{n:>12.3f}{g:>12.3f}{g / n:>14.2f}")
     if args.topk:
         n, g = medians[("ddp step", "nexar topk")] * 1e3, medians[("ddp step", "gloo")] * 1e3
         print(f"{'ddp step, topk ' + format(args.topk, 'g'):<20}{n:>12.1f}{g:>12.1f}"
