@@ -3,12 +3,16 @@ parameters (a ResNet-50-sized gradient), batch 32, and all_reduce of a 64 MiB
 and of an 8-byte float32 tensor through torch (per call, in a loop of 100),
 both backends interleaved in one run.
 
-    python bench/torch_ddp.py --ranks 2 --steps 20 [--topk 0.01]
+    python bench/torch_ddp.py --ranks 2 --steps 20 [--rounds 5] [--topk 0.01]
 
 Needs the binding with its [torch] extra (scripts/test-torch.sh makes
 build/torch-venv). Prints one table: median times per backend and their ratio; with --topk, a
 row for the DDP step on "nexar" with nexar.torch.hooks.topk_hook (that
-fraction of each bucket sent) against the plain step on "gloo".
+fraction of each bucket sent) against the plain step on "gloo". With
+--rounds R the whole measurement runs R times, in fresh processes (where the
+scheduler puts them changes a result more than the steps within one run
+do): times are medians over the rounds, and a ratio is the median, lowest
+and highest of the rounds' ratios, as nexar-bench gives them.
 """
 from __future__ import annotations
 
@@ -103,26 +107,38 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run everything this many times, each in fresh processes")
     ap.add_argument("--topk", type=float, default=0.0,
                     help="also time DDP on nexar with topk_hook sending this fraction")
     args = ap.parse_args()
     ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(worker, args=(args.ranks, os.path.join(tmp, "store"), args.steps,
-                                         args.topk, queue), nprocs=args.ranks, start_method="spawn")
-    medians = queue.get()
+    rounds = []  # per round: {(what, backend): median seconds}
+    for _ in range(args.rounds):
+        queue = ctx.SimpleQueue()
+        with tempfile.TemporaryDirectory() as tmp:
+            mp.start_processes(worker, args=(args.ranks, os.path.join(tmp, "store"), args.steps,
+                                             args.topk, queue),
+                               nprocs=args.ranks, start_method="spawn")
+        rounds.append(queue.get())
     params = sum(p.numel() for p in mlp().parameters())
     print(f"{args.ranks} ranks, {params / 1e6:.1f} M parameters, batch 32, "
-          f"median of {args.steps}, torch {torch.__version__}")
-    print(f"{'what':<20}{'nexar (ms)':>12}{'gloo (ms)':>12}{'gloo / nexar':>14}")
+          f"median of {args.steps} steps, {args.rounds} round(s), torch {torch.__version__}")
+    print(f"{'what':<20}{'nexar (ms)':>12}{'gloo (ms)':>12}  gloo / nexar")
+
+    def row(label: str, nexar_key, gloo_key, digits: int) -> None:
+        n = statistics.median(r[nexar_key] for r in rounds) * 1e3
+        g = statistics.median(r[gloo_key] for r in rounds) * 1e3
+        ratios = sorted(r[gloo_key] / r[nexar_key] for r in rounds)
+        spread = f" ({ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
+        print(f"{label:<20}{n:>12.{digits}f}{g:>12.{digits}f}  "
+              f"{statistics.median(ratios):.2f}{spread}")
+
     for what in ("ddp step", "all_reduce 64 MiB", "all_reduce 8 B"):
-        n, g = medians[(what, "nexar")] * 1e3, medians[(what, "gloo")] * 1e3
-        print(f"{what:<20}{n:>12.3f}{g:>12.3f}{g / n:>14.2f}")
+        row(what, (what, "nexar"), (what, "gloo"), 3)
     if args.topk:
-        n, g = medians[("ddp step", "nexar topk")] * 1e3, medians[("ddp step", "gloo")] * 1e3
-        print(f"{'ddp step, topk ' + format(args.topk, 'g'):<20}{n:>12.1f}{g:>12.1f}"
-              f"{g / n:>14.2f}")
+        row("ddp step, topk " + format(args.topk, "g"), ("ddp step", "nexar topk"),
+            ("ddp step", "gloo"), 1)
     sys.stdout.flush()
 
 
