@@ -34,6 +34,10 @@ def test_ddp_and_fsdp_parameters_match_gloo_after_every_step(launch):
     check(launch("ddp+fsdp", 2, {"DDP_STEPS": "60"}), 300, "ddp OK after 60 steps", "fsdp OK")
 
 
+def test_ddp_fed_by_forked_dataloader_workers_matches_gloo(launch):
+    check(launch("dataloader", 2), 240, "dataloader OK")
+
+
 def test_compressed_comm_hooks_train_and_torch_fp16_bf16_hooks_match_gloo(launch):
     # worker_hooks.py: TopK against a torch reference on gloo after every step,
     # RandomK learning, bfloat16 gradients, every rank's parameters equal;

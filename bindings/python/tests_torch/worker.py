@@ -322,6 +322,59 @@ def scenario_ddp() -> None:
     print(f"ddp OK after {steps} steps", flush=True)
 
 
+class Batches(torch.utils.data.Dataset):
+    """Sample i is the same in every process (a seed of its own)."""
+
+    def __len__(self) -> int:
+        return 96
+
+    def __getitem__(self, i: int):
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(32, generator=g), torch.randn(4, generator=g)
+
+
+def scenario_dataloader() -> None:
+    """DDP fed by a DataLoader whose workers are forked from the rank, as
+    training scripts do, each epoch anew, one fork while a "nexar" all_reduce
+    is in flight: the children neither use nor break the parent's nexar, and
+    the parameters agree with "gloo" after every step."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    nx = dist.new_group(backend="nexar")
+    gl = dist.new_group(backend="gloo")
+
+    def mlp() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                   torch.nn.Linear(64, 4))
+
+    models = {"nexar": DDP(mlp(), process_group=nx), "gloo": DDP(mlp(), process_group=gl)}
+    optims = {k: torch.optim.SGD(m.parameters(), lr=0.05) for k, m in models.items()}
+    sampler = torch.utils.data.distributed.DistributedSampler(Batches(), size, rank)
+    big = torch.ones(1 << 20)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        loader = torch.utils.data.DataLoader(Batches(), batch_size=8, sampler=sampler,
+                                             num_workers=2, multiprocessing_context="fork")
+        pending = dist.all_reduce(big, group=nx, async_op=True) if epoch == 1 else None
+        batches = iter(loader)  # forks the workers
+        if pending is not None:
+            pending.wait()
+            same("all_reduce across the fork", big, torch.full((1 << 20,), float(size)))
+        for step, (x, y) in enumerate(batches):
+            for name, m in models.items():
+                optims[name].zero_grad()
+                torch.nn.functional.mse_loss(m(x), y).backward()
+                optims[name].step()
+            for (pn, a), (_, b) in zip(models["nexar"].named_parameters(),
+                                       models["gloo"].named_parameters()):
+                torch.testing.assert_close(
+                    a, b, rtol=1e-6, atol=1e-7,
+                    msg=lambda m, pn=pn, step=step: f"epoch {epoch} step {step} {pn}: {m}")
+    print("dataloader OK", flush=True)
+
+
 def scenario_fsdp() -> None:
     """FSDP2 (fully_shard) on CPU: the same MLP sharded over a "nexar" and a
     "gloo" mesh trains to the same parameters."""
