@@ -12,6 +12,13 @@
  *     every rank; ranks that disagree get NEXAR_ERR_MISMATCH, never a hang.
  *   - nexar_comm_destroy must not race with other calls on the same handle.
  *
+ * fork()
+ *   A child forked from a process holds copies of its communicators and
+ *   seeds, but none of their threads. There every call on them fails with
+ *   NEXAR_ERR_CLOSED saying so (nothing reaches the parent's peers), and
+ *   nexar_comm_destroy / nexar_seed_stop only let the copy go; the parent's
+ *   go on untouched. The child may make communicators of its own.
+ *
  * Completion
  *   Every operation takes (nexar_done_fn done, void *user_data) last.
  *   - If the call returns NEXAR_OK, done is invoked exactly once (success,
@@ -376,7 +383,8 @@ NEXAR_API nexar_status_t nexar_comm_init_from_env(nexar_comm_t **out);
  * this returns; no callback for this communicator runs afterwards. Peers see
  * this rank fail (NEXAR_ERR_PEER_FAILED) unless they are done with it.
  * Communicators split from this one stay usable. Must not race with other
- * calls on the same handle.
+ * calls on the same handle. In a child forked after comm was made it only
+ * lets the child's copy go (see fork() above).
  *
  * @param comm  the handle to release (invalid afterwards); NULL is ignored
  */

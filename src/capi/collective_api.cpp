@@ -33,8 +33,8 @@ struct Shape {
 
 nexar_status_t validate(nexar_comm_t *comm, const Shape &shape, const CollArgs &a) {
   const char *name = nexar::coll_name(shape.kind);
-  if (!comm)
-    return fail(NEXAR_ERR_INVALID_ARGUMENT, std::string("nexar_") + name + ": comm is NULL");
+  if (nexar_status_t no = nexar::capi::check_comm(comm, (std::string("nexar_") + name).c_str()))
+    return no;
   const uint32_t size = comm->impl->size(), rank = comm->impl->rank();
   if (shape.kind != CollKind::Barrier && !nexar::dtype_valid(a.dtype))
     return fail(NEXAR_ERR_INVALID_ARGUMENT,

@@ -46,6 +46,9 @@ NEXAR_API nexar_status_t nexar_bootstrap_local(nexar_comm_t **comms, uint32_t wo
 
 NEXAR_API void nexar_comm_destroy(nexar_comm_t *comm) {
   if (!comm) return;
+  // A forked child's copy: its threads are the parent's, gone here; the
+  // memory goes with the child (core/fork_generation.h).
+  if (comm->impl && comm->impl->in_forked_child()) return;
   guarded("nexar_comm_destroy", [&] {
     std::unique_ptr<nexar_comm> owned(comm);
     owned->impl.reset();
@@ -55,7 +58,7 @@ NEXAR_API void nexar_comm_destroy(nexar_comm_t *comm) {
 
 NEXAR_API nexar_status_t nexar_comm_abort(nexar_comm_t *comm) {
   return guarded("nexar_comm_abort", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_abort: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_abort")) return no;
     comm->impl->abort();
     return ok();
   });
@@ -70,7 +73,7 @@ NEXAR_API uint32_t nexar_comm_size(const nexar_comm_t *comm) {
 
 NEXAR_API nexar_status_t nexar_comm_get_async_error(nexar_comm_t *comm, nexar_completion_t *info) {
   return guarded("nexar_comm_get_async_error", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_get_async_error: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_get_async_error")) return no;
     nexar::Status s = comm->impl->async_error();
     if (info && !s.ok()) {
       info->struct_size = sizeof *info;
@@ -85,8 +88,8 @@ NEXAR_API nexar_status_t nexar_comm_get_async_error(nexar_comm_t *comm, nexar_co
 
 NEXAR_API nexar_status_t nexar_comm_get_stats(nexar_comm_t *comm, nexar_stats_t *stats) {
   return guarded("nexar_comm_get_stats", [&] {
-    if (!comm || !stats)
-      return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_get_stats: comm or stats is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_get_stats")) return no;
+    if (!stats) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_get_stats: stats is NULL");
     if (stats->struct_size < sizeof(size_t) + sizeof(uint64_t))
       return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_get_stats: stats->struct_size too small");
     nexar_stats_t full;
@@ -101,7 +104,7 @@ NEXAR_API nexar_status_t nexar_comm_get_stats(nexar_comm_t *comm, nexar_stats_t 
 
 NEXAR_API int32_t nexar_comm_poll(nexar_comm_t *comm, uint32_t max, int32_t timeout_ms) {
   return guarded("nexar_comm_poll", [&]() -> nexar_status_t {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_poll: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_poll")) return no;
     if (timeout_ms < 0)
       return fail(NEXAR_ERR_INVALID_ARGUMENT,
                   "nexar_comm_poll: timeout_ms must be >= 0 (every wait is bounded)");

@@ -54,7 +54,7 @@ extern "C" {
 
 NEXAR_API nexar_status_t nexar_comm_pending_joins(nexar_comm_t *comm, uint32_t *count) {
   return guarded("nexar_comm_pending_joins", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_pending_joins: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_pending_joins")) return no;
     if (!count) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_pending_joins: count is NULL");
     *count = 0;
     if (!comm->elastic)
@@ -69,7 +69,7 @@ NEXAR_API nexar_status_t nexar_comm_pending_joins(nexar_comm_t *comm, uint32_t *
 NEXAR_API nexar_status_t nexar_comm_grow(nexar_comm_t *comm, uint32_t max_new, nexar_comm_t **out,
                                          nexar_done_fn done, void *user_data) {
   return guarded("nexar_comm_grow", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_grow: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_grow")) return no;
     if (!out) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_grow: out is NULL");
     *out = nullptr;
     if (!comm->elastic)

@@ -61,7 +61,7 @@ extern "C" {
 NEXAR_API nexar_status_t nexar_comm_get_failed(nexar_comm_t *comm, uint32_t *ranks,
                                                uint32_t capacity, uint32_t *count) {
   return guarded("nexar_comm_get_failed", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_get_failed: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_get_failed")) return no;
     if (!count) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_get_failed: count is NULL");
     if (!ranks && capacity > 0)
       return fail(NEXAR_ERR_INVALID_ARGUMENT,
@@ -77,7 +77,7 @@ NEXAR_API nexar_status_t nexar_comm_get_failed(nexar_comm_t *comm, uint32_t *ran
 NEXAR_API nexar_status_t nexar_comm_ack_failed(nexar_comm_t *comm, uint32_t num_to_ack,
                                                uint32_t *num_acked) {
   return guarded("nexar_comm_ack_failed", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_ack_failed: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_ack_failed")) return no;
     const uint32_t acked = comm->impl->faults().acknowledge(num_to_ack);
     if (num_acked) *num_acked = acked;
     return nexar::capi::ok();
@@ -87,8 +87,8 @@ NEXAR_API nexar_status_t nexar_comm_ack_failed(nexar_comm_t *comm, uint32_t num_
 NEXAR_API nexar_status_t nexar_comm_set_failure_callback(nexar_comm_t *comm, nexar_failure_fn fn,
                                                          void *user_data) {
   return guarded("nexar_comm_set_failure_callback", [&] {
-    if (!comm)
-      return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_set_failure_callback: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_set_failure_callback"))
+      return no;
     {
       std::lock_guard<std::mutex> g(comm->failure_hook->mu);
       comm->failure_hook->fn = fn;
@@ -101,7 +101,7 @@ NEXAR_API nexar_status_t nexar_comm_set_failure_callback(nexar_comm_t *comm, nex
 
 NEXAR_API nexar_status_t nexar_comm_revoke(nexar_comm_t *comm) {
   return guarded("nexar_comm_revoke", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_revoke: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_revoke")) return no;
     comm->impl->revoke();
     return nexar::capi::ok();
   });
@@ -114,7 +114,7 @@ NEXAR_API int32_t nexar_comm_is_revoked(const nexar_comm_t *comm) {
 NEXAR_API nexar_status_t nexar_comm_agree(nexar_comm_t *comm, uint64_t *flags, nexar_done_fn done,
                                           void *user_data) {
   return guarded("nexar_comm_agree", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_agree: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_agree")) return no;
     if (!flags) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_agree: flags is NULL");
     nexar::Communicator *c = comm->impl.get();
     return submit_fault_tolerant(
@@ -126,7 +126,7 @@ NEXAR_API nexar_status_t nexar_comm_agree(nexar_comm_t *comm, uint64_t *flags, n
 NEXAR_API nexar_status_t nexar_comm_shrink(nexar_comm_t *comm, nexar_comm_t **out,
                                            nexar_done_fn done, void *user_data) {
   return guarded("nexar_comm_shrink", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_shrink: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_shrink")) return no;
     if (!out) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_shrink: out is NULL");
     *out = nullptr;
     nexar::Communicator *c = comm->impl.get();

@@ -35,7 +35,7 @@ nexar_status_t bucketed(nexar_comm_t *comm, const nexar_tensor_t *tensors, size_
                         nexar_dtype_t dtype, nexar_op_t op, size_t bucket_bytes, nexar_done_fn done,
                         void *user_data) {
   const char *name = "nexar_allreduce_bucketed";
-  if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, std::string(name) + ": comm is NULL");
+  if (nexar_status_t no = nexar::capi::check_comm(comm, name)) return no;
   if (!tensors && n > 0)
     return fail(NEXAR_ERR_INVALID_ARGUMENT,
                 nexar::format("%s: tensors is NULL with n %zu", name, n));
@@ -86,7 +86,7 @@ nexar_status_t compressed(nexar_comm_t *comm, const void *sendbuf, void *recvbuf
                           nexar_dtype_t dtype, nexar_compressor_t *compressor, nexar_done_fn done,
                           void *user_data) {
   const char *name = "nexar_allreduce_compressed";
-  if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, std::string(name) + ": comm is NULL");
+  if (nexar_status_t no = nexar::capi::check_comm(comm, name)) return no;
   if (!compressor)
     return fail(NEXAR_ERR_INVALID_ARGUMENT, std::string(name) + ": compressor is NULL");
   const nexar::Compressor &z = *compressor->impl;

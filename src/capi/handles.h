@@ -83,12 +83,21 @@ nexar_status_t guarded(const char *what, Fn &&fn) noexcept {
   }
 }
 
+// What every entry point on a communicator checks first: comm set, and not a
+// communicator a forked child inherited (it cannot be used there:
+// Communicator::refuse_in_forked_child).
+inline nexar_status_t check_comm(const nexar_comm_t *comm, const char *what) {
+  if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, std::string(what) + ": comm is NULL");
+  if (Status no = comm->impl->refuse_in_forked_child(what); !no.ok()) return fail(no);
+  return NEXAR_OK;
+}
+
 // The checks of an entry point that sends bytes to one rank (p2p, RPC), made
 // before anything is queued: comm set, buf set unless bytes is 0, the 4 GiB
 // message limit, peer inside the communicator.
 inline nexar_status_t check_message(nexar_comm_t *comm, const void *buf, size_t bytes,
                                     uint32_t peer, const char *what) {
-  if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, std::string(what) + ": comm is NULL");
+  if (nexar_status_t no = check_comm(comm, what)) return no;
   if (!buf && bytes > 0)
     return fail(NEXAR_ERR_INVALID_ARGUMENT,
                 format("%s: buffer is NULL but bytes is %zu", what, bytes));

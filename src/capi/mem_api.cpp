@@ -10,8 +10,8 @@ extern "C" {
 
 NEXAR_API nexar_status_t nexar_mem_alloc(nexar_comm_t *comm, size_t bytes, void **out) {
   return guarded("nexar_mem_alloc", [&] {
-    if (!comm || !out)
-      return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_mem_alloc: comm or out is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_mem_alloc")) return no;
+    if (!out) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_mem_alloc: out is NULL");
     *out = nullptr;
     nexar::Status s = comm->impl->client().shm().symmetric().allocate(bytes, out);
     return s.ok() ? nexar::capi::ok() : fail(s);
@@ -20,7 +20,7 @@ NEXAR_API nexar_status_t nexar_mem_alloc(nexar_comm_t *comm, size_t bytes, void 
 
 NEXAR_API nexar_status_t nexar_mem_free(nexar_comm_t *comm, void *ptr) {
   return guarded("nexar_mem_free", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_mem_free: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_mem_free")) return no;
     nexar::Status s = comm->impl->client().shm().symmetric().release(ptr);
     return s.ok() ? nexar::capi::ok() : fail(s);
   });

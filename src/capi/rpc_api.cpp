@@ -16,7 +16,7 @@ extern "C" {
 NEXAR_API nexar_status_t nexar_rpc_register(nexar_comm_t *comm, uint32_t fn_id,
                                             nexar_rpc_handler_fn handler, void *user_data) {
   return guarded("nexar_rpc_register", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_rpc_register: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_rpc_register")) return no;
     nexar::Communicator *c = comm->impl.get();
     auto reg = nexar::rpc::RpcHub::of(c->client()).registry(c, handler != nullptr);
     if (reg) reg->set(fn_id, {handler, user_data});

@@ -28,7 +28,7 @@ extern "C" {
 NEXAR_API nexar_status_t nexar_comm_split(nexar_comm_t *comm, uint32_t color, uint32_t key,
                                           nexar_comm_t **out, nexar_done_fn done, void *user_data) {
   return guarded("nexar_comm_split", [&] {
-    if (!comm) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_split: comm is NULL");
+    if (nexar_status_t no = nexar::capi::check_comm(comm, "nexar_comm_split")) return no;
     if (!out) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_comm_split: out is NULL");
     *out = nullptr;
     nexar::Communicator *c = comm->impl.get();

@@ -14,12 +14,15 @@
 #include <unordered_set>
 #include <vector>
 
+#include <unistd.h>
+
 #include "client/client.h"
 #include "client/collective_tracker.h"
 #include "client/comm_faults.h"
 #include "client/comm_hierarchy.h"
 #include "client/flight_recorder.h"
 #include "client/shm_coll_area.h"
+#include "core/fork_generation.h"
 #include "engine/completion_queue.h"
 #include "engine/task.h"
 #include "engine/wait.h"
@@ -111,6 +114,10 @@ class Communicator {
   // if not; the caller then submits it.
   bool run_inline_collective(const char *name, const InlineRun &run, Status *status,
                              uint64_t *seq_out);
+  // In a child forked after this communicator was made: the error naming
+  // what (the child cannot use it; core/fork_generation.h); else ok.
+  Status refuse_in_forked_child(const char *what) const;
+  bool in_forked_child() const { return fork_generation() != made_in_generation_; }
   // Fails every operation in flight now and tells the peers.
   void abort();
   // Revokes the communicator here and at every live member (any thread).
@@ -196,6 +203,8 @@ class Communicator {
   // Open until abort() or close(); a closed communicator stays closed.
   enum class State { Open, Aborted, Closed };
   std::atomic<State> state_{State::Open};
+  const uint64_t made_in_generation_ = fork_generation();
+  const int made_by_pid_ = static_cast<int>(::getpid());
 
   // Operations submitted whose completion has not finished running.
   std::shared_ptr<OpTracker> tracker_ = std::make_shared<OpTracker>();

@@ -9,8 +9,8 @@ namespace nexar {
 bool Communicator::run_inline_collective(const char *name, const InlineRun &run, Status *status,
                                          uint64_t *seq_out) {
   // A blocking call inside a callback is refused, and a closing communicator
-  // reports why, on the usual path.
-  if (in_user_callback() || state_.load() != State::Open) return false;
+  // (or one a forked child inherited) reports why, on the usual path.
+  if (in_user_callback() || state_.load() != State::Open || in_forked_child()) return false;
   // Counted as outstanding while it uses the loop, as submit_op's are.
   const std::shared_ptr<OpTracker> tracker = tracker_;
   tracker->add();

@@ -13,7 +13,7 @@
  *   FAILED <what> status=<code> <message>        (exit 4)
  *
  *   cluster_worker [--env] [--skip-rank R] [--hold-file F] [--sleep-before-join S]
- *                  [--allreduce-loop SECONDS] [--fork-keeper] [--movement]
+ *                  [--allreduce-loop SECONDS] [--fork-keeper] [--movement] [--fork-child]
  *
  * --skip-rank R: rank R is not a worker like this one (a probe): no traffic to
  * it and no collectives. --hold-file F: after the first exchange, wait (at
@@ -35,13 +35,24 @@
  * the same of 24, 20 and 40 KiB, then of 8, 4 and 12 KiB, every byte checked:
  *
  *   MOVEMENT_OK rank=R shm_bytes_read_directly=N
+ *
+ * --fork-child: after the allreduce, rank 0 forks a child that tries its
+ * parent's communicator (an allreduce, nexar_mem_alloc, nexar_comm_abort),
+ * destroys it and ends with exit(), as a script's forked helper would; the
+ * parent waits for it (at most 20 s), then every rank runs an allreduce:
+ *
+ *   CHILD allreduce=<status> mem_alloc=<status> abort=<status> <message>
+ *   CHILD_EXITED code=C | CHILD_STUCK (killed)
+ *   AFTER_FORK_OK rank=R
  */
 #include <nexar.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -194,6 +205,52 @@ static int exchange(nexar_comm_t *comm, int skip, int round, size_t bytes) {
 }
 
 /* Byte i of what rank `from` gives rank `to` (to = n: what it gives all). */
+/* The child of --fork-child: its parent's communicator must refuse it,
+ * without touching what the parent still uses. */
+static void forked_child(nexar_comm_t *comm) {
+  double x = 1, sum = 0;
+  char message[512];
+  const nexar_status_t a =
+      nexar_allreduce(comm, &x, &sum, 1, NEXAR_DTYPE_F64, NEXAR_OP_SUM, NULL, NULL);
+  snprintf(message, sizeof message, "%s", nexar_last_error_message());
+  void *p = NULL;
+  const nexar_status_t m = nexar_mem_alloc(comm, 4096, &p);
+  const nexar_status_t ab = nexar_comm_abort(comm);
+  printf("CHILD allreduce=%d mem_alloc=%d abort=%d %s\n", a, m, ab, message);
+  nexar_comm_destroy(comm);
+  exit(0); /* atexit handlers and static destructors run */
+}
+
+static int fork_child_and_go_on(nexar_comm_t *comm) {
+  const uint32_t me = nexar_comm_rank(comm), n = nexar_comm_size(comm);
+  if (me == 0) {
+    const pid_t child = fork();
+    if (child == 0) forked_child(comm);
+    int status = 0, waited = 0;
+    while (waitpid(child, &status, WNOHANG) == 0 && waited < 200) {
+      usleep(100000);
+      waited++;
+    }
+    if (waited == 200) {
+      kill(child, SIGKILL);
+      waitpid(child, NULL, 0);
+      printf("CHILD_STUCK\n");
+    } else {
+      printf("CHILD_EXITED code=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+  }
+  double x = (double)(me + 1), sum = 0;
+  const nexar_status_t s =
+      nexar_allreduce(comm, &x, &sum, 1, NEXAR_DTYPE_F64, NEXAR_OP_SUM, NULL, NULL);
+  if (s != NEXAR_OK || sum != (double)n * (n + 1) / 2) {
+    printf("FAILED allreduce after the fork status=%d sum=%g %s\n", s, sum,
+           nexar_last_error_message());
+    return 4;
+  }
+  printf("AFTER_FORK_OK rank=%u\n", me);
+  return 0;
+}
+
 static uint8_t movement_byte(uint32_t from, uint32_t to, size_t i) {
   return (uint8_t)(i * 31 + from * 7 + to * 13 + 1);
 }
@@ -260,7 +317,7 @@ int main(int argc, char **argv) {
   int use_env = 0, skip = -1, i, moves = 0;
   const char *hold = NULL;
   double sleep_before = 0, loop_seconds = 0;
-  int keeper = 0;
+  int keeper = 0, fork_child = 0;
   for (i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--env"))
       use_env = 1;
@@ -276,6 +333,8 @@ int main(int argc, char **argv) {
       keeper = 1;
     else if (!strcmp(argv[i], "--movement"))
       moves = 1;
+    else if (!strcmp(argv[i], "--fork-child"))
+      fork_child = 1;
     else {
       fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -350,6 +409,10 @@ int main(int argc, char **argv) {
       return 4;
     } else {
       printf("ALLREDUCE_OK rank=%u\n", me);
+    }
+    if (fork_child && fork_child_and_go_on(comm)) {
+      nexar_comm_destroy(comm);
+      return 4;
     }
     if (moves && movement(comm)) {
       nexar_comm_destroy(comm);

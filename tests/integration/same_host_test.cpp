@@ -781,3 +781,37 @@ TEST(SameHost, MismatchedMovementCollectivesFailEveryRankAndTheNextOneWorks) {
     ASSERT_EQ(first_wrong(kAllgather, recv[r], r, n, most), -1) << "rank " << r;
   EXPECT_EQ(stats(w[0]).shm_collectives, before + 1) << "back on shared memory";
 }
+
+// A child forked from a rank (a script's helper, a data loader) holds a copy
+// of its parent's communicator, shared segments and sockets, but not its
+// threads. Using the copy is refused with an error that says why, destroying
+// it returns at once, and the child's exit() (atexit handlers, static
+// destructors) neither hangs nor disturbs the parent, whose next allreduce
+// works.
+TEST(SameHost, AForkedChildCannotUseItsParentsCommunicatorNorBreakIt) {
+  using namespace cluster_test;
+  TempDir dir;
+  std::string addr;
+  auto seed =
+      start_seed(dir, "seed", {"--world-size", "2", "--token-file", write_token(dir)}, &addr);
+  Proc::Env env{{"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}};
+  std::vector<std::unique_ptr<Proc>> ws;
+  for (int r = 0; r < 2; ++r) {
+    env["NEXAR_RANK"] = std::to_string(r);
+    ws.push_back(worker(dir, "w" + std::to_string(r), env, {"--fork-child"}));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ws[r]->wait(120)) << ws[r]->dump();
+    EXPECT_EQ(ws[r]->code(), 0) << ws[r]->dump();
+    EXPECT_TRUE(contains(ws[r]->out(), "AFTER_FORK_OK rank=" + std::to_string(r))) << ws[r]->dump();
+  }
+  const std::string out = ws[0]->out();
+  const std::string closed = std::to_string(NEXAR_ERR_CLOSED);
+  EXPECT_TRUE(contains(out, "CHILD allreduce=" + closed + " mem_alloc=" + closed +
+                                " abort=" + closed +
+                                " nexar_allreduce: rank 0's communicator "
+                                "belongs to process"))
+      << ws[0]->dump();
+  EXPECT_TRUE(contains(out, "was forked from it")) << ws[0]->dump();
+  EXPECT_TRUE(contains(out, "CHILD_EXITED code=0")) << ws[0]->dump();
+}
