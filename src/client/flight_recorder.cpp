@@ -1,5 +1,7 @@
 #include "client/flight_recorder.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -115,6 +117,10 @@ void raise_to(std::atomic<uint64_t> &a, uint64_t v) {
 
 std::mutex g_registry_mu;
 std::vector<FlightComm *> g_registry;
+// Held across a fork, or a fork during another thread's registration would
+// leave it locked in the child, whose own communicators need it.
+const int registry_fork_safe = pthread_atfork(
+    [] { g_registry_mu.lock(); }, [] { g_registry_mu.unlock(); }, [] { g_registry_mu.unlock(); });
 
 }  // namespace
 
@@ -141,6 +147,7 @@ FlightComm::FlightComm(std::weak_ptr<Client> c, uint64_t id, uint32_t r,
       rank(r),
       world_of(std::move(members)),
       key(g_next_key.fetch_add(1)) {
+  (void)registry_fork_safe;
   std::lock_guard<std::mutex> g(g_registry_mu);
   g_registry.push_back(this);
 }

@@ -1,5 +1,6 @@
 #include "core/log.h"
 
+#include <pthread.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -58,6 +59,22 @@ void *g_sink_user = nullptr;
 std::atomic<bool> g_has_sink{false};
 thread_local bool t_in_sink = false;
 
+// A fork while another thread runs the sink would leave the mutex locked in
+// the child for good: the forking thread holds it across the fork (unless
+// it forks from inside the sink, holding it already).
+thread_local bool t_held_for_fork = false;
+void hold_sink_for_fork() {
+  if (t_in_sink) return;
+  g_sink_mu.lock();
+  t_held_for_fork = true;
+}
+void release_sink_after_fork() {
+  if (!std::exchange(t_held_for_fork, false)) return;
+  g_sink_mu.unlock();
+}
+const int sink_fork_safe =
+    pthread_atfork(hold_sink_for_fork, release_sink_after_fork, release_sink_after_fork);
+
 }  // namespace
 
 int parse_level(const char *name) {
@@ -77,6 +94,7 @@ int32_t set_thread_rank(int32_t rank) {
 }
 
 bool set_sink(nexar_log_fn fn, void *user_data) {
+  (void)sink_fork_safe;
   if (t_in_sink) return false;
   std::lock_guard<std::mutex> g(g_sink_mu);
   g_sink = fn;
