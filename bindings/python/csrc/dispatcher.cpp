@@ -2,6 +2,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -24,10 +25,11 @@ struct LogLine {
 
 class Dispatcher {
  public:
-  static Dispatcher &get() {
-    static Dispatcher *d = new Dispatcher();  // never destroyed (see support(), errors.cpp)
-    return *d;
-  }
+  static Dispatcher &get() { return *current().load(std::memory_order_acquire); }
+  // In a forked child: a dispatcher of its own. The parent's stays as the
+  // fork copied it: a thread the child lacks may hold its mutex, and its
+  // queue holds the parent's operations.
+  static void replace_after_fork() { current().store(new Dispatcher(), std::memory_order_release); }
 
   // nexar's threads: no Python here, never throws.
   void push_done(std::shared_ptr<Pending> p) noexcept {
@@ -141,6 +143,12 @@ class Dispatcher {
  private:
   static constexpr size_t kMaxQueuedLines = 10000;
 
+  // Never destroyed (see support(), errors.cpp).
+  static std::atomic<Dispatcher *> &current() {
+    static std::atomic<Dispatcher *> d{new Dispatcher()};
+    return d;
+  }
+
   static void emit_log(int32_t level, const std::string &text) {
     static const int kLevels[] = {40, 30, 20, 10, 5};  // ERROR WARNING INFO DEBUG "TRACE"
     try {
@@ -194,6 +202,9 @@ void dispatch_loop() {
 }
 void dispatch_stop() {
   Dispatcher::get().stop();
+}
+void dispatch_after_fork_in_child() {
+  Dispatcher::replace_after_fork();
 }
 bool dispatch_flush(double timeout_s) {
   return Dispatcher::get().flush(timeout_s);

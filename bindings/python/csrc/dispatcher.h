@@ -19,6 +19,8 @@ void on_log(void *, int32_t level, const char *line);
 // called and the queues are empty.
 void dispatch_loop();
 void dispatch_stop();
+// In a child just forked: a new dispatcher, for a new dispatch thread.
+void dispatch_after_fork_in_child();
 
 // Waits (GIL released) until everything queued so far was handed to Python.
 bool dispatch_flush(double timeout_s);

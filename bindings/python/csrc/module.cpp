@@ -126,6 +126,7 @@ returns a Request.)doc");
       py::arg("path") = py::none());
   m.def("_dispatch_loop", &dispatch_loop);
   m.def("_dispatch_stop", &dispatch_stop);
+  m.def("_dispatch_after_fork_in_child", &dispatch_after_fork_in_child);
   m.def(
       "_flush", [](double timeout) { return dispatch_flush(timeout); }, py::arg("timeout") = 5.0);
   m.def("_install_log_sink", [] { return nexar_set_log_callback(on_log, nullptr); });

@@ -46,6 +46,23 @@ def test_exit_status_of_a_single_rank():
     assert "nexar.run: failed: rank 0 exited with status 3" in r.stderr
 
 
+def test_a_forked_child_is_refused_its_parents_communicator_and_can_make_its_own():
+    # mp/forked_child.py: the inherited communicator refuses to work in the
+    # child; a world the child makes completes asynchronous calls (its own
+    # dispatch thread); the child's exit (atexit) neither hangs nor disturbs
+    # the parent.
+    r = launch(2, os.path.join(HERE, "mp", "forked_child.py"), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[r0] child: ClosedError: " in r.stdout, r.stdout + r.stderr
+    assert "was forked from it" in r.stdout, r.stdout
+    assert "[r0] child: own world's all_reduce [3.0, 3.0, 3.0, 3.0], callback ran" in r.stdout, \
+        r.stdout + r.stderr
+    assert "[r0] child: awaited [2.0, 2.0]" in r.stdout, r.stdout + r.stderr
+    assert "[r0] child exited with 0" in r.stdout, r.stdout + r.stderr
+    for rank in range(2):
+        assert f"[r{rank}] rank {rank}: all_reduce after the fork ok" in r.stdout, r.stdout
+
+
 def test_data_parallel_logistic_regression_matches_single_process(tmp_path):
     out = tmp_path / "w.npy"
     r = launch(4, os.path.join(HERE, "mp", "train.py"), str(out))

@@ -223,9 +223,26 @@ Request.result = Request.wait  # type: ignore[attr-defined]
 
 # ---- The dispatch thread: completions and log lines reach Python here ----------------
 
-_dispatcher = threading.Thread(target=_nexar._dispatch_loop, name="nexar-dispatch", daemon=True)
-_dispatcher.start()
+def _start_dispatcher() -> threading.Thread:
+    t = threading.Thread(target=_nexar._dispatch_loop, name="nexar-dispatch", daemon=True)
+    t.start()
+    return t
+
+
+_dispatcher = _start_dispatcher()
 _nexar._install_log_sink()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's dispatch thread did not come along: the communicators this
+    # child makes get a dispatcher and a thread of their own. (Those it
+    # inherited refuse to work here, and closing them only lets them go.)
+    global _dispatcher
+    _nexar._dispatch_after_fork_in_child()
+    _dispatcher = _start_dispatcher()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _shutdown() -> None:
