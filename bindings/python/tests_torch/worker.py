@@ -288,6 +288,19 @@ def scenario_subgroups() -> None:
     print("subgroups OK", flush=True)
 
 
+def step_both_and_compare(models, optims, x, y, where: str, local=lambda p: p) -> None:
+    """One training step of the "nexar" and the "gloo" model on the same
+    batch; their parameters (local(p): this rank's part) must then agree."""
+    for name, m in models.items():
+        optims[name].zero_grad()
+        torch.nn.functional.mse_loss(m(x), y).backward()
+        optims[name].step()
+    for (pn, a), (_, b) in zip(models["nexar"].named_parameters(),
+                               models["gloo"].named_parameters()):
+        torch.testing.assert_close(local(a), local(b), rtol=1e-6, atol=1e-7,
+                                   msg=lambda m, pn=pn: f"{where} {pn}: {m}")
+
+
 def scenario_ddp() -> None:
     """The same MLP trained with DDP on "nexar" and on "gloo" (same data, same
     start): the parameters agree after every step."""
@@ -311,14 +324,7 @@ def scenario_ddp() -> None:
     for step in range(steps):
         x = torch.randn(16, 32, generator=g)
         y = torch.randn(16, 4, generator=g)
-        for name, m in models.items():
-            optims[name].zero_grad()
-            torch.nn.functional.mse_loss(m(x), y).backward()
-            optims[name].step()
-        for (pn, a), (_, b) in zip(models["nexar"].named_parameters(),
-                                   models["gloo"].named_parameters()):
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7,
-                                       msg=lambda m, pn=pn, step=step: f"step {step} {pn}: {m}")
+        step_both_and_compare(models, optims, x, y, f"step {step}")
     print(f"ddp OK after {steps} steps", flush=True)
 
 
@@ -363,15 +369,7 @@ def scenario_dataloader() -> None:
             pending.wait()
             same("all_reduce across the fork", big, torch.full((1 << 20,), float(size)))
         for step, (x, y) in enumerate(batches):
-            for name, m in models.items():
-                optims[name].zero_grad()
-                torch.nn.functional.mse_loss(m(x), y).backward()
-                optims[name].step()
-            for (pn, a), (_, b) in zip(models["nexar"].named_parameters(),
-                                       models["gloo"].named_parameters()):
-                torch.testing.assert_close(
-                    a, b, rtol=1e-6, atol=1e-7,
-                    msg=lambda m, pn=pn, step=step: f"epoch {epoch} step {step} {pn}: {m}")
+            step_both_and_compare(models, optims, x, y, f"epoch {epoch} step {step}")
     print("dataloader OK", flush=True)
 
 
@@ -399,14 +397,7 @@ def scenario_fsdp() -> None:
     g = torch.Generator().manual_seed(rank)
     for step in range(20):
         x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-        for name, m in models.items():
-            optims[name].zero_grad()
-            torch.nn.functional.mse_loss(m(x), y).backward()
-            optims[name].step()
-        for (pn, a), (_, b) in zip(models["nexar"].named_parameters(),
-                                   models["gloo"].named_parameters()):
-            torch.testing.assert_close(a.to_local(), b.to_local(), rtol=1e-6, atol=1e-7,
-                                       msg=lambda m, pn=pn, step=step: f"step {step} {pn}: {m}")
+        step_both_and_compare(models, optims, x, y, f"step {step}", lambda p: p.to_local())
     print("fsdp OK", flush=True)
 
 
