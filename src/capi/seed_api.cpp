@@ -1,6 +1,5 @@
 // The seed: options, start, address, wait, stop.
 #include <strings.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstring>
@@ -17,11 +16,8 @@ using nexar::capi::ok;
 
 struct nexar_seed {
   std::unique_ptr<nexar::Seed> impl;
-  // A forked child's copy has none of the seed's threads
-  // (core/fork_generation.h).
-  uint64_t made_in_generation = nexar::fork_generation();
-  int made_by_pid = static_cast<int>(getpid());
-  bool in_forked_child() const { return nexar::fork_generation() != made_in_generation; }
+  // A forked child's copy has none of the seed's threads.
+  nexar::MadeInProcess made_in;
 };
 
 namespace {
@@ -142,12 +138,9 @@ NEXAR_API nexar_status_t nexar_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms
   return guarded("nexar_seed_wait", [&] {
     if (ended) *ended = 0;
     if (!seed) return fail(NEXAR_ERR_INVALID_ARGUMENT, "nexar_seed_wait: seed is NULL");
-    if (seed->in_forked_child())
-      return fail(NEXAR_ERR_CLOSED,
-                  nexar::format("nexar_seed_wait: the seed belongs to process %d, and this "
-                                "process (%d) was forked from it after it started: a child "
-                                "cannot use its parent's seed",
-                                seed->made_by_pid, static_cast<int>(getpid())));
+    if (nexar::Status no = seed->made_in.refuse_in_forked_child("nexar_seed_wait", "the seed");
+        !no.ok())
+      return fail(no);
     bool done = false;
     nexar::Status s = seed->impl->wait(timeout_ms, &done);
     if (ended) *ended = done ? 1 : 0;
@@ -157,7 +150,7 @@ NEXAR_API nexar_status_t nexar_seed_wait(nexar_seed_t *seed, uint32_t timeout_ms
 
 NEXAR_API void nexar_seed_stop(nexar_seed_t *seed) {
   if (!seed) return;
-  if (seed->in_forked_child()) return;  // the parent's threads are not here to stop
+  if (seed->made_in.in_forked_child()) return;  // the parent's threads are not here to stop
   guarded("nexar_seed_stop", [&] {
     std::unique_ptr<nexar_seed> owned(seed);
     owned->impl.reset();

@@ -76,15 +76,6 @@ Status Communicator::submit_collectives(const char *name, Body body, uint32_t nu
                    numbers > 0 ? numbers : 1);
 }
 
-Status Communicator::refuse_in_forked_child(const char *what) const {
-  if (!in_forked_child()) return Status();
-  return error(NEXAR_ERR_CLOSED,
-               format("%s: rank %u's communicator belongs to process %d, and this process (%d) "
-                      "was forked from it after it was made: a child cannot use its parent's "
-                      "communicators (make a new one in the child)",
-                      what, rank_, made_by_pid_, static_cast<int>(getpid())));
-}
-
 Status Communicator::submit_op(const char *name, Body body, nexar_done_fn done, void *user_data,
                                bool collective, uint64_t *seq_out, bool fault_tolerant,
                                uint32_t coll_numbers) {

@@ -14,8 +14,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include <unistd.h>
-
 #include "client/client.h"
 #include "client/collective_tracker.h"
 #include "client/comm_faults.h"
@@ -116,8 +114,11 @@ class Communicator {
                              uint64_t *seq_out);
   // In a child forked after this communicator was made: the error naming
   // what (the child cannot use it; core/fork_generation.h); else ok.
-  Status refuse_in_forked_child(const char *what) const;
-  bool in_forked_child() const { return fork_generation() != made_in_generation_; }
+  Status refuse_in_forked_child(const char *what) const {
+    if (!in_forked_child()) return Status();  // every operation: no string made
+    return made_in_.refuse_in_forked_child(what, format("rank %u's communicator", rank_));
+  }
+  bool in_forked_child() const { return made_in_.in_forked_child(); }
   // Fails every operation in flight now and tells the peers.
   void abort();
   // Revokes the communicator here and at every live member (any thread).
@@ -203,8 +204,7 @@ class Communicator {
   // Open until abort() or close(); a closed communicator stays closed.
   enum class State { Open, Aborted, Closed };
   std::atomic<State> state_{State::Open};
-  const uint64_t made_in_generation_ = fork_generation();
-  const int made_by_pid_ = static_cast<int>(::getpid());
+  const MadeInProcess made_in_;
 
   // Operations submitted whose completion has not finished running.
   std::shared_ptr<OpTracker> tracker_ = std::make_shared<OpTracker>();

@@ -1,6 +1,7 @@
 #include "core/fork_generation.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 
@@ -22,6 +23,16 @@ const int registered = pthread_atfork(nullptr, nullptr, on_fork_child);
 uint64_t fork_generation() {
   (void)registered;
   return generation.load(std::memory_order_relaxed);
+}
+
+MadeInProcess::MadeInProcess() : generation_(fork_generation()), pid_(static_cast<int>(getpid())) {}
+
+Status MadeInProcess::refuse_in_forked_child(const char *what, const std::string &object) const {
+  if (!in_forked_child()) return Status();
+  return error(NEXAR_ERR_CLOSED,
+               format("%s: %s belongs to process %d, and this process (%d) was forked from it "
+                      "after it was made: a child cannot use it (make a new one in the child)",
+                      what, object.c_str(), pid_, static_cast<int>(getpid())));
 }
 
 }  // namespace nexar
