@@ -287,6 +287,27 @@ bool host_lets_siblings_read_each_other() {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+// A seed and two cluster workers, ranks 0 and 1, run with args and the
+// seed's address and token added to env.
+struct TwoWorkers {
+  std::unique_ptr<cluster_test::Proc> seed;
+  std::vector<std::unique_ptr<cluster_test::Proc>> ws;
+};
+TwoWorkers two_workers(const cluster_test::TempDir &dir, const std::vector<std::string> &args,
+                       cluster_test::Proc::Env env = {}) {
+  using namespace cluster_test;
+  TwoWorkers t;
+  std::string addr;
+  t.seed = start_seed(dir, "seed", {"--world-size", "2", "--token-file", write_token(dir)}, &addr);
+  env["NEXAR_SEED"] = addr;
+  env["NEXAR_CLUSTER_TOKEN"] = kToken;
+  for (int r = 0; r < 2; ++r) {
+    env["NEXAR_RANK"] = std::to_string(r);
+    t.ws.push_back(worker(dir, "w" + std::to_string(r), env, args));
+  }
+  return t;
+}
+
 }  // namespace
 
 // Two processes of one host: an allgather of 256 KiB and an alltoall of
@@ -301,15 +322,8 @@ TEST(SameHost, LargeMovementBetweenProcessesReadsThePeerDirectly) {
   const bool allowed = host_lets_siblings_read_each_other();
   for (const std::string cma : {"on", "off", "auto"}) {
     TempDir dir;
-    std::string addr;
-    auto seed =
-        start_seed(dir, "seed", {"--world-size", "2", "--token-file", write_token(dir)}, &addr);
-    Proc::Env env{{"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}, {"NEXAR_SHM_CMA", cma}};
-    std::vector<std::unique_ptr<Proc>> ws;
-    for (int r = 0; r < 2; ++r) {
-      env["NEXAR_RANK"] = std::to_string(r);
-      ws.push_back(worker(dir, "w" + std::to_string(r), env, {"--movement"}));
-    }
+    TwoWorkers two = two_workers(dir, {"--movement"}, {{"NEXAR_SHM_CMA", cma}});
+    auto &ws = two.ws;
     for (int r = 0; r < 2; ++r) {
       ASSERT_TRUE(ws[r]->wait(120)) << ws[r]->dump();
       EXPECT_EQ(ws[r]->code(), 0) << ws[r]->dump();
@@ -791,15 +805,8 @@ TEST(SameHost, MismatchedMovementCollectivesFailEveryRankAndTheNextOneWorks) {
 TEST(SameHost, AForkedChildCannotUseItsParentsCommunicatorNorBreakIt) {
   using namespace cluster_test;
   TempDir dir;
-  std::string addr;
-  auto seed =
-      start_seed(dir, "seed", {"--world-size", "2", "--token-file", write_token(dir)}, &addr);
-  Proc::Env env{{"NEXAR_SEED", addr}, {"NEXAR_CLUSTER_TOKEN", kToken}};
-  std::vector<std::unique_ptr<Proc>> ws;
-  for (int r = 0; r < 2; ++r) {
-    env["NEXAR_RANK"] = std::to_string(r);
-    ws.push_back(worker(dir, "w" + std::to_string(r), env, {"--fork-child"}));
-  }
+  TwoWorkers two = two_workers(dir, {"--fork-child"});
+  auto &ws = two.ws;
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(ws[r]->wait(120)) << ws[r]->dump();
     EXPECT_EQ(ws[r]->code(), 0) << ws[r]->dump();
