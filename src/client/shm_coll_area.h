@@ -32,6 +32,7 @@
 // slot's previous use, so the counters alone order every access.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -99,7 +100,7 @@ class ShmCollArea {
   // Member r (world rank world_rank) has its area at offset in its heap;
   // false if its channel is gone or the area does not fit that heap. Also
   // finds out whether this member can read r's process directly (and, with
-  // NEXAR_SHM_CMA=auto, whether that pays on this machine).
+  // NEXAR_SHM_CMA=auto, what that costs on this machine, once per process).
   bool attach(uint32_t r, uint32_t world_rank, uint64_t offset);
   // Whether this member reads r's buffers directly.
   bool reads_directly(uint32_t r) const { return members_[r].pid != 0; }
@@ -109,8 +110,15 @@ class ShmCollArea {
   // survivor must hear of the death rather than of this member's failure.
   Status read_member(uint32_t r, uint64_t address, void *out, uint64_t bytes) const;
   // Whether every other member reads this member's buffers directly (each
-  // says so in its identity line once it has checked).
-  bool read_directly_by_all() const;
+  // says so in its identity line once it has checked), and whether that
+  // pays where one direct read replaces copies_replaced copies through the
+  // segments: with NEXAR_SHM_CMA=auto, if a read through the kernel was
+  // measured cheaper than that many copies; always with on.
+  bool read_directly_by_all(double copies_replaced) const;
+  // Copies of mapped memory that one read through the kernel costs in a
+  // transfer, as this process measured it (NEXAR_SHM_CMA=auto); 0 until it
+  // did.
+  static double kernel_read_cost() { return kernel_read_cost_.load(std::memory_order_relaxed); }
 
   uint64_t *own(Counter c) const { return reinterpret_cast<uint64_t *>(own_ + c * kShmLine); }
   const uint64_t *counter(uint32_t r, Counter c) const {
@@ -172,9 +180,11 @@ class ShmCollArea {
   }
 
  private:
-  // NEXAR_SHM_CMA=auto: whether reading member r (process pid, its area at
-  // address there) through the kernel costs less than two copies here.
-  bool kernel_reads_pay(uint32_t r, uint32_t pid, uint64_t address);
+  // NEXAR_SHM_CMA=auto: times reading member r (process pid, its area at
+  // address there) through the kernel against copies, unless this process
+  // already did (kernel_read_cost_: copies per read, 0 until measured).
+  void measure_kernel_reads(uint32_t r, uint32_t pid, uint64_t address);
+  static std::atomic<double> kernel_read_cost_;
 
   static uint64_t slot_offset(uint64_t ticket) {
     return kCounterLines * kShmLine + (ticket % kSlots) * kSlotStride;

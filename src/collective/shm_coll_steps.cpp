@@ -129,6 +129,11 @@ Task<Status> wait_for(Coll &c, const ShmCollArea &a, ShmNeed n) {
   co_return s;
 }
 
+double copies_a_direct_read_replaces(CollKind kind, uint32_t members) {
+  const bool every_other_reads = kind == CollKind::Allgather || kind == CollKind::Broadcast;
+  return every_other_reads && members > 1 ? 1.0 + 1.0 / (members - 1) : 2.0;
+}
+
 uint64_t pipeline_chunk_bytes(uint64_t bytes, size_t esize) {
   constexpr uint64_t kMinChunkBytes = 64 << 10;
   const uint64_t chunk = std::clamp(bytes / 4, kMinChunkBytes, ShmCollArea::kSlotBytes);

@@ -20,6 +20,11 @@ constexpr uint64_t kByReferenceMinBytes = 64 << 10;
 // and they copy straight out of it: one copy instead of two, which pays for
 // the system call from here.
 constexpr uint64_t kDirectMinBytes = 16 << 10;
+// How many copies through the segments one direct read of a block replaces
+// among members: the reader's copy out, and its share of the publisher's
+// copy in (a block of an allgather or a broadcast has every other member
+// for a reader; one of an alltoall, a gather or a scatter, one).
+double copies_a_direct_read_replaces(CollKind kind, uint32_t members);
 // In a header's data_offset: the rest is an address in the publisher's
 // process, not an offset in its heap.
 constexpr uint64_t kDirectAddress = 1ull << 63;

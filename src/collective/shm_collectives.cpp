@@ -34,7 +34,8 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
   if (c.rank() == root) {
     uint64_t offset = 0;
     if (bytes >= kDirectMinBytes && bytes <= kDirectBroadcastMaxBytes &&
-        !a.in_own_heap(buf, bytes, &offset) && a.read_directly_by_all()) {
+        !a.in_own_heap(buf, bytes, &offset) &&
+        a.read_directly_by_all(copies_a_direct_read_replaces(CollKind::Broadcast, c.size()))) {
       if (!(s = co_await claim_slot(c, a, t0))) co_return s;
       Withdrawal withdrawal(a, t0);
       withdrawal.arm();

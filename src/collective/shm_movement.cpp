@@ -193,7 +193,8 @@ Task<Status> Movement::run() {
     // Its readers copy out of the buffer itself; in place, an alltoall
     // overwrites what they still read.
     mine_direct_ = !mine_whole_ && block_ >= kDirectMinBytes &&
-                   !(kind_ == CollKind::Alltoall && src_ == dst_) && a_.read_directly_by_all();
+                   !(kind_ == CollKind::Alltoall && src_ == dst_) &&
+                   a_.read_directly_by_all(copies_a_direct_read_replaces(kind_, n_));
     if (mine_direct_) withdrawal.arm();
     if (!(s = co_await publish_part(0))) co_return s;
   } else {

@@ -130,7 +130,7 @@ bool ShmOneTicket::publishes_by_address(const Coll &c, const ShmCollArea &a,
          block_of(c) >= shm_coll::kDirectMinBytes &&
          !(kind_ == CollKind::Alltoall && g.sendbuf == g.recvbuf) &&
          !(kind_ == CollKind::Broadcast && a.in_own_heap(src, block_of(c), &offset)) &&
-         a.read_directly_by_all();
+         a.read_directly_by_all(shm_coll::copies_a_direct_read_replaces(kind_, c.size()));
 }
 
 void ShmOneTicket::publish(Coll &c, ShmCollArea &a) {

@@ -45,7 +45,8 @@ struct Config {
   // NEXAR_SHM_CMA: large collectives on shared memory read the peers'
   // buffers straight out of their processes where the host allows it (on),
   // and, by default, only where that one copy through the kernel was
-  // measured cheaper than two through the segments (auto).
+  // measured cheaper than the copies through the segments it replaces
+  // (auto).
   enum class ShmCma : uint8_t { Off, Auto, On };
   ShmCma shm_cma = ShmCma::Auto;
   bool elastic = false;               // keep the elastic seed's connection; join a running world

@@ -40,26 +40,26 @@ Status read_process_memory(uint32_t pid, uint64_t address, void *out, uint64_t b
   return {};
 }
 
-bool kernel_read_beats_two_copies(uint32_t pid, uint64_t address, const void *mapped, void *scratch,
+double kernel_read_cost_in_copies(uint32_t pid, uint64_t address, const void *mapped, void *scratch,
                                   uint64_t bytes) {
-  // The fastest of a few of each, both warm: a busy machine only slows
-  // some of them.
-  constexpr int kRounds = 5;
+  // The fastest of several of each, both warm (the same physical bytes:
+  // mapped is address's view here): a busy machine only slows some of them.
+  constexpr int kRounds = 20;
   uint64_t read_ns = UINT64_MAX, copy_ns = UINT64_MAX;
   for (int i = 0; i <= kRounds; ++i) {
     const uint64_t t0 = now_ns();
-    if (!read_process_memory(pid, address, scratch, bytes)) return false;
+    if (!read_process_memory(pid, address, scratch, bytes)) return 0;
     const uint64_t t1 = now_ns();
     copy_bytes(scratch, mapped, bytes);
     const uint64_t t2 = now_ns();
-    if (i == 0) continue;  // the warm-up
+    if (i == 0) continue;  // the warm-up: page tables, the scratch's lines
     read_ns = std::min(read_ns, t1 - t0);
     copy_ns = std::min(copy_ns, t2 - t1);
   }
   LOG_DEBUG("reading %llu bytes of process %u: %llu ns through the kernel, %llu ns mapped",
             static_cast<unsigned long long>(bytes), pid, static_cast<unsigned long long>(read_ns),
             static_cast<unsigned long long>(copy_ns));
-  return read_ns < 2 * copy_ns;
+  return static_cast<double>(read_ns) / static_cast<double>(std::max<uint64_t>(copy_ns, 1));
 }
 
 UniqueFd watch_process(uint32_t pid) {

@@ -19,13 +19,13 @@ namespace nexar {
 // NEXAR_ERR_AUTH if the host forbids it.
 Status read_process_memory(uint32_t pid, uint64_t address, void *out, uint64_t bytes);
 
-// Whether one copy of a process's memory through the kernel costs less here
-// than two copies of mapped memory, as a direct read replaces a copy into a
-// shared segment and one out of it. Measured on bytes at address in process
-// pid, which this process maps at mapped, copied into scratch (as many
-// bytes); false if the read fails. Kernels and machines differ by several
-// times in this.
-bool kernel_read_beats_two_copies(uint32_t pid, uint64_t address, const void *mapped, void *scratch,
+// How many copies of mapped memory one read of a process's memory through
+// the kernel costs here, byte for byte, both timed on bytes in this core's
+// cache (steady, where timing lines a peer just wrote is not). Measured on
+// bytes at address in process pid, which this process maps at mapped,
+// copied into scratch (as many bytes); 0 if the read fails. Kernels and
+// machines differ by several times in this.
+double kernel_read_cost_in_copies(uint32_t pid, uint64_t address, const void *mapped, void *scratch,
                                   uint64_t bytes);
 
 // A handle on process pid (a pidfd) that tells when it ended: once it has,

@@ -59,7 +59,7 @@ class TwoAreas : public ::testing::Test {
       ASSERT_TRUE(eventually([&] { return channel(r) != nullptr; }))
           << "rank " << r << " has no same-host channel";
     for (uint32_t r = 0; r < 2; ++r)
-      on_loop(r, [&] { area_[r] = ShmCollArea::create(host(r), r, 2, Config::ShmCma::On); });
+      on_loop(r, [&] { area_[r] = ShmCollArea::create(host(r), r, 2, cma()); });
     ASSERT_TRUE(area_[0] && area_[1]);
     for (uint32_t r = 0; r < 2; ++r)
       on_loop(r, [&] { attached_[r] = area_[r]->attach(1 - r, 1 - r, area_[1 - r]->offset()); });
@@ -70,6 +70,8 @@ class TwoAreas : public ::testing::Test {
     for (uint32_t r = 0; r < 2; ++r)
       if (r < w_.size() && area_[r]) on_loop(r, [&] { area_[r].reset(); });
   }
+
+  virtual Config::ShmCma cma() const { return Config::ShmCma::On; }
 
   ShmHost &host(uint32_t r) { return w_[r]->client().shm(); }
   ShmChannel *channel(uint32_t r) { return host(r).channel(1 - r); }
@@ -121,7 +123,27 @@ TEST_F(TwoAreas, EachReadsTheOtherDirectly) {
   for (uint32_t r = 0; r < 2; ++r) {
     on_loop(r, [&] {
       EXPECT_TRUE(area_[r]->reads_directly(1 - r)) << "rank " << r;
-      EXPECT_TRUE(area_[r]->read_directly_by_all()) << "rank " << r;
+      // With on, whatever it costs.
+      EXPECT_TRUE(area_[r]->read_directly_by_all(0.5)) << "rank " << r;
+    });
+  }
+}
+
+class TwoAutoAreas : public TwoAreas {
+  Config::ShmCma cma() const override { return Config::ShmCma::Auto; }
+};
+
+TEST_F(TwoAutoAreas, ReadDirectlyOnlyWhereAReadCostsLessThanTheCopiesItReplaces) {
+  // Attaching timed a read through the kernel against copies, once for the
+  // process; a direct read is taken where it replaces more copies than it
+  // costs.
+  const double cost = ShmCollArea::kernel_read_cost();
+  ASSERT_GT(cost, 0) << "attach did not time a read";
+  for (uint32_t r = 0; r < 2; ++r) {
+    on_loop(r, [&] {
+      EXPECT_TRUE(area_[r]->reads_directly(1 - r)) << "rank " << r;
+      EXPECT_TRUE(area_[r]->read_directly_by_all(cost * 1.01)) << "rank " << r;
+      EXPECT_FALSE(area_[r]->read_directly_by_all(cost * 0.99)) << "rank " << r;
     });
   }
 }
