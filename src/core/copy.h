@@ -38,6 +38,13 @@ inline void copy_bytes(void *dst, const void *src, size_t n) {
     std::memcpy(dst, src, n);
 }
 
+// copy_bytes with stores that go around the caches: for a destination
+// larger than the caches that nothing reads soon (a large receive buffer),
+// where a cached copy would first read every destination line from memory.
+// Everything after it is seen after the copy (a store fence). dst and src
+// must not overlap.
+void copy_bytes_streaming(void *dst, const void *src, size_t n);
+
 // memmove: overlapping buffers are left to memmove.
 inline void move_bytes(void *dst, const void *src, size_t n) {
   const uintptr_t d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);

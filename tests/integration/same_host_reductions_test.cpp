@@ -179,6 +179,44 @@ TEST(SameHostReductions, GiveExactResults) {
   }
 }
 
+// Allreduces and a reduce past 16 MiB: out of place their results go out
+// with streaming stores, in place with plain ones; exact either way, into a
+// destination 4 bytes past a 16-byte boundary (the streaming copy's head and
+// tail are then copied plainly).
+TEST(SameHostReductions, LargeResultsAreExactInAndOutOfPlace) {
+  const uint32_t n = 2;
+  nexar_comm_options_t o = shm_options(NEXAR_SHM_REQUIRE);
+  World w(n, &o);
+  ASSERT_TRUE(w.ok());
+  const size_t count = (18u << 20) / sizeof(int32_t) + 1;
+  std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(count)), inplace = in;
+  std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count + 1)), red = out;
+  for (uint32_t r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i)
+      in[r][i] = inplace[r][i] = static_cast<int32_t>((i % 7919) * (r + 1));
+  on_each_rank(n, [&](uint32_t r) {
+    ASSERT_EQ(nexar_allreduce(w[r], in[r].data(), out[r].data() + 1, count, NEXAR_DTYPE_I32,
+                              NEXAR_OP_SUM, nullptr, nullptr),
+              NEXAR_OK);
+    ASSERT_EQ(nexar_allreduce(w[r], inplace[r].data(), inplace[r].data(), count, NEXAR_DTYPE_I32,
+                              NEXAR_OP_SUM, nullptr, nullptr),
+              NEXAR_OK);
+    ASSERT_EQ(nexar_reduce(w[r], in[r].data(), red[r].data() + 1, count, NEXAR_DTYPE_I32,
+                           NEXAR_OP_MAX, 1, nullptr, nullptr),
+              NEXAR_OK);
+  });
+  for (uint32_t r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      const int32_t v = static_cast<int32_t>(i % 7919);
+      ASSERT_EQ(out[r][i + 1], v * 3) << "allreduce, rank " << r << ", element " << i;
+      ASSERT_EQ(inplace[r][i], v * 3) << "allreduce in place, rank " << r << ", element " << i;
+      if (r == 1) ASSERT_EQ(red[r][i + 1], v * 2) << "reduce, element " << i;
+    }
+    EXPECT_EQ(out[r][0], 0) << "allreduce wrote before its recvbuf, rank " << r;
+    EXPECT_EQ(stats(w[r]).shm_collectives, 3u);
+  }
+}
+
 // A reduce-scatter whose recvbuf is the rank's own block of its sendbuf (as
 // in place with MPI or NCCL): exact on shared memory, where that block is
 // then copied like the others instead of read where it is (the reduction

@@ -1,4 +1,4 @@
-// copy_bytes and move_bytes: exactly memcpy's and memmove's results for
+// copy_bytes, copy_bytes_streaming and move_bytes: exactly memcpy's and memmove's results for
 // every size around the vector loop's edges and every placement of the
 // destination past the source modulo 4 KiB, the aliasing ones included.
 #include "core/copy.h"
@@ -50,6 +50,12 @@ TEST(CopyBytes, EqualsMemcpyAtEveryPlacement) {
 // machine is.
 TEST(CopyBytes, TheVectorLoopEqualsMemcpyAtEveryPlacement) {
   expect_memcpy_at_every_placement(detail::copy_by_vectors);
+}
+
+// Stores around the caches for large results: the same bytes, whatever the
+// destination's alignment (its head and tail are copied plainly).
+TEST(CopyBytes, StreamingEqualsMemcpyAtEveryPlacement) {
+  expect_memcpy_at_every_placement(copy_bytes_streaming);
 }
 
 TEST(CopyBytes, TakesTheVectorLoopOnlyWhereMemcpyIsSlow) {
