@@ -33,6 +33,17 @@ constexpr uint64_t kDirectAddress = 1ull << 63;
 // through the kernel.
 constexpr uint64_t kDirectBroadcastMaxBytes = 1 << 20;
 
+// From this many bytes touched by all members together (each one's input and
+// output), a collective copies its results out with streaming stores
+// (copy_bytes_streaming): they outgrow the caches the members share, and
+// nothing reads them before the caller does, so a cached copy would read
+// every line of them from memory first. Not in place: there the collective
+// has just read the destination's lines, and a cached store costs less.
+constexpr uint64_t kStreamOutMinFootprint = 64 << 20;
+inline bool streams_out(uint32_t members, uint64_t bytes_touched_per_member, bool in_place) {
+  return !in_place && uint64_t{members} * bytes_touched_per_member >= kStreamOutMinFootprint;
+}
+
 // The bytes of one ticket of a vector of `bytes` (whole elements of esize):
 // a slot, or a quarter of the vector down to 64 KiB, so that a vector of a
 // few slots' size still has its copy in, its reduction and its copy out

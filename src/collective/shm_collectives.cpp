@@ -61,6 +61,9 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
     }
   }
   if (chunks > 1) a.take_tickets(chunks - 1);
+  // A member's buffer holds no input of the broadcast but the root's, which
+  // it does not copy out.
+  const bool streaming = streams_out(c.size(), bytes, false);
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t t = t0 + k, off = k * chunk;
     const uint64_t len = std::min<uint64_t>(chunk, bytes - off);
@@ -73,7 +76,7 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
       if (!s) co_return s;
       const uint8_t *data = nullptr;
       if (!(s = published_data(c, a, root, t, len, &data))) co_return s;
-      copy_bytes(buf + off, data, len);
+      (streaming ? copy_bytes_streaming : copy_bytes)(buf + off, data, len);
     }
     finish_ticket(a, t);
   }

@@ -68,6 +68,7 @@ class Movement {
   int32_t only_source_ = -1;       // when that is one member (scatter's root)
   bool mine_whole_ = false;        // this member publishes its data where it is
   bool mine_direct_ = false;       // ... by its address in this process
+  bool streaming_ = false;         // copies out with streaming stores (streams_out)
   uint64_t whole_offset_ = 0;
   uint64_t t0_ = 0;
   std::vector<uint8_t> whole_;         // per member: published where it is
@@ -106,6 +107,10 @@ Movement::Movement(Coll &c, ShmCollArea &a)
   for (uint32_t r = 0; reads && r < n_; ++r)
     if (r != me_ && publishes(r)) sources_.push_back(r);
   if (kind_ == CollKind::Scatter) only_source_ = static_cast<int32_t>(root_);
+  // What this member touches: its data, and what it receives.
+  const uint64_t in = publishes(me_) ? blocks_ * block_ : 0;
+  const uint64_t out = !reads ? 0 : kind_ == CollKind::Scatter ? block_ : n_ * block_;
+  streaming_ = streams_out(n_, in + out, src_ == dst_);
 }
 
 // What this member keeps of its own data, before anything arrives (gather's
@@ -160,7 +165,7 @@ Status Movement::copy_part(uint32_t r, uint64_t k) {
   const uint64_t at = whole_[r] ? i * block_ + k * part_ : i * len(k);
   uint8_t *to = dst_ + r * dst_stride_ + k * part_;
   if (!direct_[r]) {
-    copy_bytes(to, data_[r] + at, len(k));
+    (streaming_ ? copy_bytes_streaming : copy_bytes)(to, data_[r] + at, len(k));
     return {};
   }
   return read_published(c_, a_, r, t0_, direct_[r] + at, to, len(k));

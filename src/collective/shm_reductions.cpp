@@ -83,13 +83,6 @@ Task<Status> reduce_from_copies(Coll &c, ShmCollArea &a, ReductionOrder order, R
   co_return co_await await_reader(c, a, target, t0 + chunks);
 }
 
-// From this many bytes the result of reduce_sliced goes out with streaming
-// stores (copy_bytes_streaming): it outgrows the caches and nothing reads
-// it before the caller does, so a cached copy would read every line of it
-// from memory first. Not in place: there the collective has just read those
-// lines, and a cached store costs less.
-constexpr uint64_t kStreamOutMinBytes = 16 << 20;
-
 // Per chunk of at most one slot: member r reduces slice r of the chunk out
 // of every member's slot into its result area; target (or everyone) copies
 // the reduced slices out. Sources of nexar_mem_alloc are read where they are.
@@ -130,7 +123,7 @@ Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, Reduct
     announce(c, a, t, a.own_slot_offset(t), count * esize);
     co_return s;
   };
-  const bool streaming = uint64_t{g.count} * esize >= kStreamOutMinBytes && dst != src;
+  const bool streaming = streams_out(n, 2 * uint64_t{g.count} * esize, dst == src);
   Status s = co_await publish_chunk(0);
   if (!s) co_return s;
   std::vector<const uint8_t *> in(n);

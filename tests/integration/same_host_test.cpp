@@ -738,6 +738,44 @@ TEST(SameHost, MovementCollectivesReadThePeersSegmentsExactly) {
   }
 }
 
+// Large results copied out of the segments (no direct reads): those whose
+// members together touch 64 MiB or more go out with streaming stores, into
+// blocks that start off a 16-byte boundary; every element exact.
+TEST(SameHost, LargeResultsThroughTheSegmentsAreExact) {
+  ScopedEnv cma("NEXAR_SHM_CMA", "off");
+  const uint32_t n = 4;
+  nexar_comm_options_t o = options(NEXAR_SHM_REQUIRE);
+  World w(n, &o);
+  ASSERT_TRUE(w.ok());
+  const size_t count = (4u << 20) / sizeof(uint32_t) + 1;  // allgather: 16 MiB out
+  const MovementResults got = movement_results(w, count, Buffers::Plain);
+  for (int m = 0; m < kMovements; ++m)
+    for (uint32_t r = 0; r < n; ++r) {
+      if (m == kGather && r != n - 1) continue;
+      const size_t block = m == kScatter || m == kAlltoall ? per_destination(count, n) : count;
+      ASSERT_EQ(first_wrong(static_cast<Movement>(m), got[m][r], r, n, block), -1)
+          << kMovementNames[m] << ", rank " << r;
+    }
+  // A 16 MiB broadcast, 4 bytes past a 16-byte boundary.
+  const size_t words = (16u << 20) / sizeof(uint32_t) + 1;
+  std::vector<std::vector<uint32_t>> buf(n, std::vector<uint32_t>(words + 1));
+  for (size_t i = 0; i < words; ++i)
+    buf[1][i + 1] = element(1, 0, i);
+  on_each_rank(n, [&](uint32_t r) {
+    EXPECT_EQ(nexar_broadcast(w[r], buf[r].data() + 1, words, NEXAR_DTYPE_U32, 1, nullptr, nullptr),
+              NEXAR_OK)
+        << "rank " << r << ": " << nexar_last_error_message();
+  });
+  for (uint32_t r = 0; r < n; ++r) {
+    ASSERT_EQ(buf[r][0], 0u) << "broadcast wrote before its buffer, rank " << r;
+    for (size_t i = 0; i < words; ++i)
+      ASSERT_EQ(buf[r][i + 1], element(1, 0, i)) << "broadcast, rank " << r << ", element " << i;
+    const nexar_stats_t s = stats(w[r]);
+    EXPECT_EQ(s.shm_collectives, kMovements + 1u) << "rank " << r;
+    EXPECT_EQ(s.shm_bytes_read_directly, 0u) << "rank " << r;
+  }
+}
+
 // Ranks that call different movement collectives on shared memory (other
 // counts, gather against scatter, alltoall against allgather) all fail with
 // NEXAR_ERR_MISMATCH, those that only publish too, and the next one works.
