@@ -9,6 +9,7 @@
 
 #include "client/shm_coll_area.h"
 #include "collective/coll.h"
+#include "core/copy.h"
 
 namespace nexar::shm_coll {
 
@@ -42,6 +43,14 @@ constexpr uint64_t kDirectBroadcastMaxBytes = 1 << 20;
 constexpr uint64_t kStreamOutMinFootprint = 64 << 20;
 inline bool streams_out(uint32_t members, uint64_t bytes_touched_per_member, bool in_place) {
   return !in_place && uint64_t{members} * bytes_touched_per_member >= kStreamOutMinFootprint;
+}
+// Copies a result out of the segments: with streaming stores where
+// streams_out said so, else plainly.
+inline void copy_result(bool streaming, void *dst, const void *src, uint64_t bytes) {
+  if (streaming)
+    copy_bytes_streaming(dst, src, bytes);
+  else
+    copy_bytes(dst, src, bytes);
 }
 
 // The bytes of one ticket of a vector of `bytes` (whole elements of esize):

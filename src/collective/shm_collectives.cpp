@@ -76,7 +76,7 @@ Task<Status> broadcast_body(Coll &c, ShmCollArea &a) {
       if (!s) co_return s;
       const uint8_t *data = nullptr;
       if (!(s = published_data(c, a, root, t, len, &data))) co_return s;
-      (streaming ? copy_bytes_streaming : copy_bytes)(buf + off, data, len);
+      copy_result(streaming, buf + off, data, len);
     }
     finish_ticket(a, t);
   }

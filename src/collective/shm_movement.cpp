@@ -165,7 +165,7 @@ Status Movement::copy_part(uint32_t r, uint64_t k) {
   const uint64_t at = whole_[r] ? i * block_ + k * part_ : i * len(k);
   uint8_t *to = dst_ + r * dst_stride_ + k * part_;
   if (!direct_[r]) {
-    (streaming_ ? copy_bytes_streaming : copy_bytes)(to, data_[r] + at, len(k));
+    copy_result(streaming_, to, data_[r] + at, len(k));
     return {};
   }
   return read_published(c_, a_, r, t0_, direct_[r] + at, to, len(k));

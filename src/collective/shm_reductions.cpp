@@ -150,9 +150,8 @@ Task<Status> reduce_sliced(Coll &c, ShmCollArea &a, ReductionOrder order, Reduct
       s = co_await wait_for(c, a, ShmCollArea::kReduced, t + 1, "reduce its slice");
       if (!s) co_return s;
       for (uint32_t r = 0; r < n; ++r)
-        (streaming ? copy_bytes_streaming : copy_bytes)(
-            dst + first * esize + slices.offset(r) * esize, a.result(r, t),
-            slices.length(r) * esize);
+        copy_result(streaming, dst + first * esize + slices.offset(r) * esize, a.result(r, t),
+                    slices.length(r) * esize);
     }
     finish_ticket(a, t);
   }
